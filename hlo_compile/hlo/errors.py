@@ -1,0 +1,75 @@
+"""Errors raised by the front end. Every one carries a source location when it has one and
+formats like a compiler diagnostic: ``file:line:col: error: message``, the line, a caret."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    filename: str
+    line: int  # 1-based
+    column: int  # 1-based
+    source_line: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.line}:{self.column}"
+
+
+class HloError(Exception):
+    """Base class of every error the project reports about its input."""
+
+    def __init__(self, message: str, location: SourceLocation | None = None):
+        super().__init__(message)
+        self.message = message
+        self.location = location
+
+    @property
+    def filename(self) -> str | None:
+        return self.location.filename if self.location else None
+
+    @property
+    def line(self) -> int | None:
+        return self.location.line if self.location else None
+
+    @property
+    def column(self) -> int | None:
+        return self.location.column if self.location else None
+
+    def __str__(self) -> str:
+        if self.location is None:
+            return f"error: {self.message}"
+        loc = self.location
+        text = f"{loc}: error: {self.message}"
+        if loc.source_line:
+            line = loc.source_line.expandtabs(1)
+            if len(line) > 200:  # keep the caret visible on very long lines
+                start = max(0, loc.column - 100)
+                line, col = line[start:start + 200], loc.column - start
+            else:
+                col = loc.column
+            text += f"\n{line}\n{' ' * (col - 1)}^"
+        return text
+
+
+class HloParseError(HloError):
+    """The text is not valid HLO."""
+
+
+class HloVerifyError(HloError):
+    """The module parsed but is not well formed (shapes, operand counts, attributes)."""
+
+
+class HloUnsupportedError(HloError):
+    """Valid HLO that this project does not handle (yet); the message names what is missing."""
+
+
+def location_at(text: str, offset: int, filename: str) -> SourceLocation:
+    """The location of character ``offset`` in ``text``."""
+    offset = max(0, min(offset, len(text)))
+    line = text.count("\n", 0, offset) + 1
+    start = text.rfind("\n", 0, offset) + 1
+    end = text.find("\n", offset)
+    if end < 0:
+        end = len(text)
+    return SourceLocation(filename, line, offset - start + 1, text[start:end].rstrip("\r"))

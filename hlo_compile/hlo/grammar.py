@@ -1,0 +1,71 @@
+"""Loads ``grammars/hlo.lark`` (shipped as ``hlo_compile.grammars``) and builds the LALR parser.
+
+The grammar file marks a few terminals as ``/@NAME@/`` placeholders: their regexes
+(balanced ``{...}``/``(...)`` blocks, the element-type alternation) are generated here so the
+grammar stays readable. Balanced blocks are matched to a fixed nesting depth with possessive
+quantifiers, so a failed match is linear in the text it scans (no catastrophic backtracking).
+"""
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+
+from lark import Lark
+
+from .element_types import ELEMENT_TYPES, TYPE_ALIASES
+
+BLOCK_DEPTH = 16
+
+_STRING = r'"(?:[^"\\]|\\.)*+"|\'(?:[^\'\\]|\\.)*+\''
+_COMMENT = r"/\*(?:[^*]|\*(?!/))*+\*/"
+
+
+def _balanced(open_: str, close: str, depth: int) -> str:
+    """Regex for an ``open_ ... close`` block with strings and comments, nested ``depth`` deep."""
+    o, c = re.escape(open_), re.escape(close)
+    alternatives = [rf"[^{o}{c}\"'/]++", _STRING, _COMMENT, "/"]
+    if depth > 0:
+        alternatives.append(_balanced(open_, close, depth - 1))
+    return rf"{o}(?:" + "|".join(alternatives) + rf")*+{c}"
+
+
+def _type_names() -> str:
+    names = sorted(list(ELEMENT_TYPES) + list(TYPE_ALIASES), key=len, reverse=True)
+    return "(?:" + "|".join(re.escape(n) for n in names) + ")"
+
+
+_NAME = r"%?[A-Za-z_][A-Za-z0-9_.\-]*+(?:#-?[A-Za-z0-9_]+)*"
+# An array shape with its optional layout. As in XLA, a `{` after the dims starts a layout
+# only if an integer or ':' follows it.
+SHAPE_RE = _type_names() + r"\[[^\]\n]*\](?:\{(?=\s*[0-9:])[^{}\n]*\})?"
+
+
+def placeholder_regexes() -> dict[str, str]:
+    paren = _balanced("(", ")", BLOCK_DEPTH)
+    return {
+        "SHAPE": SHAPE_RE,
+        # A long-form operand: shape and name. Not a nested instruction (`f32[2] add(...)`).
+        "TYPED_OPERAND": SHAPE_RE + r"\s++" + _NAME + r"(?![A-Za-z0-9_.\-#(]|\s*\()",
+        "CONSTANT": r"constant\s*" + paren,
+        "BRACE_BLOCK": _balanced("{", "}", BLOCK_DEPTH),
+        # custom-call's `literal=s32[2]{0} {1, 2}` / `literal=f32[] 0.1`: a shape, then a literal.
+        "SHAPED_LITERAL": SHAPE_RE + r"\s++(?:" + _balanced("{", "}", 4) + r"|-?[A-Za-z0-9_.]+(?:\(0x[0-9a-fA-F]+\))?)",
+        "PAREN_BLOCK": paren,
+        # XLA's stack-frame tables: four keyword-headed sections of `id "string"` or
+        # `id {fields}` lines, kept verbatim.
+        "STACK_FRAMES": r"FileNames(?:\s++(?:\d+\s++(?:" + _STRING + r"|\{[^{}]*+\})|FunctionNames\b|FileLocations\b|StackFrames\b))*+",
+    }
+
+
+def grammar_text() -> str:
+    text = resources.files("hlo_compile.grammars").joinpath("hlo.lark").read_text(encoding="utf-8")
+    for name, regex in placeholder_regexes().items():
+        text = text.replace(f"/@{name}@/", "/" + regex.replace("/", "\\/") + "/")
+    return text
+
+
+@functools.lru_cache(maxsize=None)
+def build_parser(transformer_cls: type) -> Lark:
+    return Lark(grammar_text(), parser="lalr", lexer="contextual", transformer=transformer_cls(),
+                maybe_placeholders=False, propagate_positions=False, cache=False)

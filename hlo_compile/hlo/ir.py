@@ -1,0 +1,215 @@
+"""The HLO IR: modules, computations and instructions.
+
+Instructions keep every attribute (decoded value plus verbatim text) so that printing
+reproduces what was parsed; analyses read typed values through ``HloInstruction.attr``
+and the named properties below.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+from .attributes import (Attribute, ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers,
+                         ScatterDimensionNumbers)
+from .errors import SourceLocation
+from .shape import Shape
+
+_MISSING = object()
+
+
+class HloInstruction:
+    __slots__ = ("name", "opcode", "shape", "operands", "attributes", "literal_text", "parameter_number",
+                 "location", "parent", "users", "_literal", "declared_operand_shapes")
+
+    def __init__(self, name: str, opcode: str, shape: Shape, operands: Sequence["HloInstruction"] = (),
+                 attributes: dict[str, Attribute] | None = None, *, literal_text: str | None = None,
+                 parameter_number: int | None = None, location: SourceLocation | None = None):
+        self.name = name
+        self.opcode = opcode
+        self.shape = shape
+        self.operands: list[HloInstruction] = list(operands)
+        self.attributes: dict[str, Attribute] = dict(attributes or {})
+        self.literal_text = literal_text  # constant: the literal exactly as written
+        self.parameter_number = parameter_number
+        self.location = location
+        self.parent: HloComputation | None = None
+        self.users: list[HloInstruction] = []
+        self._literal: Any = None
+        self.declared_operand_shapes: list[Shape | None] = []
+
+    # ---- attributes ---------------------------------------------------------------
+    def has_attr(self, name: str) -> bool:
+        return name in self.attributes
+
+    def attr(self, name: str, default: Any = _MISSING) -> Any:
+        """The decoded value of attribute ``name`` (``default`` if absent; KeyError if no default)."""
+        a = self.attributes.get(name)
+        if a is None:
+            if default is _MISSING:
+                raise KeyError(f"{self.opcode} '{self.name}' has no attribute '{name}'")
+            return default
+        return a.value
+
+    def set_attr(self, name: str, raw: str, value: Any) -> None:
+        self.attributes[name] = Attribute(name, raw, value)
+
+    @property
+    def dimensions(self) -> tuple[int, ...]:
+        return self.attr("dimensions", ())
+
+    @property
+    def to_apply(self) -> "HloComputation":
+        return self.attr("to_apply")
+
+    @property
+    def fused_computation(self) -> "HloComputation":
+        return self.attr("calls")
+
+    @property
+    def tuple_index(self) -> int:
+        return self.attr("index")
+
+    @property
+    def comparison_direction(self) -> str:
+        return self.attr("direction")
+
+    @property
+    def comparison_type(self) -> str | None:
+        return self.attr("type", None)
+
+    @property
+    def dot_dimension_numbers(self) -> DotDimensionNumbers:
+        return DotDimensionNumbers(self.attr("lhs_batch_dims", ()), self.attr("rhs_batch_dims", ()),
+                                   self.attr("lhs_contracting_dims", ()), self.attr("rhs_contracting_dims", ()))
+
+    @property
+    def gather_dimension_numbers(self) -> GatherDimensionNumbers:
+        return GatherDimensionNumbers(self.attr("offset_dims"), self.attr("collapsed_slice_dims"),
+                                      self.attr("start_index_map"), self.attr("index_vector_dim"),
+                                      self.attr("operand_batching_dims", ()),
+                                      self.attr("start_indices_batching_dims", ()))
+
+    @property
+    def scatter_dimension_numbers(self) -> ScatterDimensionNumbers:
+        return ScatterDimensionNumbers(self.attr("update_window_dims"), self.attr("inserted_window_dims"),
+                                       self.attr("scatter_dims_to_operand_dims"), self.attr("index_vector_dim"),
+                                       self.attr("input_batching_dims", ()),
+                                       self.attr("scatter_indices_batching_dims", ()))
+
+    @property
+    def convolution_dimension_numbers(self) -> ConvDimensionNumbers:
+        return self.attr("dim_labels")
+
+    @property
+    def literal(self) -> Any:
+        """A constant's value: a numpy array (logical order) or a tuple of them."""
+        if self._literal is None:
+            from .literal import parse_literal
+            self._literal = parse_literal(self.literal_text or "", self.shape)
+        return self._literal
+
+    def called_computations(self) -> list["HloComputation"]:
+        out: list[HloComputation] = []
+        for a in self.attributes.values():
+            v = a.value
+            if isinstance(v, HloComputation):
+                out.append(v)
+            elif isinstance(v, tuple) and v and all(isinstance(c, HloComputation) for c in v):
+                out.extend(v)
+        return out
+
+    @property
+    def is_root(self) -> bool:
+        return self.parent is not None and self.parent.root is self
+
+    def operand(self, i: int) -> "HloInstruction":
+        return self.operands[i]
+
+    def __repr__(self) -> str:
+        return f"<HloInstruction {self.name} = {self.shape} {self.opcode}>"
+
+
+class HloComputation:
+    def __init__(self, name: str, instructions: Sequence[HloInstruction], root: HloInstruction,
+                 *, is_entry: bool = False, has_signature: bool = True,
+                 attributes: dict[str, Attribute] | None = None, location: SourceLocation | None = None):
+        self.name = name
+        self.instructions: list[HloInstruction] = list(instructions)
+        self.root = root
+        self.is_entry = is_entry
+        self.has_signature = has_signature
+        self.attributes: dict[str, Attribute] = dict(attributes or {})
+        self.location = location
+        self.parent: HloModule | None = None
+        for inst in self.instructions:
+            inst.parent = self
+        self.rebuild_users()
+
+    def rebuild_users(self) -> None:
+        for inst in self.instructions:
+            inst.users = []
+        for inst in self.instructions:
+            for op in inst.operands:
+                if inst not in op.users:
+                    op.users.append(inst)
+
+    @property
+    def parameters(self) -> list[HloInstruction]:
+        """Parameters ordered by parameter number."""
+        params = [i for i in self.instructions if i.opcode == "parameter"]
+        return sorted(params, key=lambda i: i.parameter_number)
+
+    def parameter(self, n: int) -> HloInstruction:
+        for i in self.instructions:
+            if i.opcode == "parameter" and i.parameter_number == n:
+                return i
+        raise IndexError(f"computation {self.name} has no parameter({n})")
+
+    @property
+    def result_shape(self) -> Shape:
+        return self.root.shape
+
+    def instruction(self, name: str) -> HloInstruction:
+        for i in self.instructions:
+            if i.name == name:
+                return i
+        raise KeyError(f"computation {self.name} has no instruction '{name}'")
+
+    def post_order(self) -> list[HloInstruction]:
+        """Instructions with every operand before its users (the text order already is one)."""
+        return list(self.instructions)
+
+    def __iter__(self) -> Iterator[HloInstruction]:
+        return iter(self.instructions)
+
+    def __repr__(self) -> str:
+        return f"<HloComputation {self.name}: {len(self.instructions)} instructions>"
+
+
+@dataclass
+class HloModule:
+    name: str
+    computations: list[HloComputation]
+    entry: HloComputation
+    attributes: dict[str, Attribute] = field(default_factory=dict)
+    stack_frames: str = ""  # the FileNames/FunctionNames/FileLocations/StackFrames tables, verbatim
+    has_header: bool = True
+
+    def __post_init__(self) -> None:
+        for c in self.computations:
+            c.parent = self
+
+    def computation(self, name: str) -> HloComputation:
+        for c in self.computations:
+            if c.name == name:
+                return c
+        raise KeyError(f"module {self.name} has no computation '{name}'")
+
+    def to_text(self, form: str = "long") -> str:
+        """The module as HLO text; ``form`` is ``"long"`` (XLA's default print with operand
+        shapes) or ``"short"`` (ShortParsable: no %, operand shapes, signatures, metadata)."""
+        from .printer import module_to_text
+        return module_to_text(self, form)
+
+    def __str__(self) -> str:
+        return self.to_text()

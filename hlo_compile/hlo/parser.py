@@ -1,0 +1,702 @@
+"""HLO text → IR.
+
+Lark (LALR, contextual lexer, grammar in ``grammars/hlo.lark``) runs the transformer below
+while it parses, so no parse tree is built: rules turn straight into small records. A second
+pass (``_ModuleBuilder``) resolves names, computations and shapes and builds the IR, raising
+``HloParseError`` with a location for every problem.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from lark import Token, Transformer
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from . import attributes as attrs_mod
+from .allowed_attributes import REQUIRED_ATTRIBUTES, allowed_attributes
+from .attributes import Attribute
+from .errors import HloParseError, HloVerifyError, location_at
+from .grammar import build_parser
+from .ir import HloComputation, HloInstruction, HloModule
+from .literal import LiteralError, parse_literal
+from .opcodes import ASYNC_SUGAR_EXCLUDED, OPCODES
+from .shape import Shape
+from .shape_text import ShapeError, parse_array_shape, parse_shape_text
+from .element_types import ELEMENT_TYPES, TYPE_ALIASES
+
+
+class _PositionedError(Exception):
+    def __init__(self, message: str, pos: int):
+        super().__init__(message)
+        self.message = message
+        self.pos = pos
+
+
+# ---- records produced while parsing ------------------------------------------------------
+
+@dataclass
+class _Attr:
+    name: str
+    start: int  # offset of the value's first character
+    end: int
+    name_pos: int
+    raw: str = ""
+
+
+@dataclass
+class _Call:
+    opcode: str
+    pos: int
+    operands: list
+    constant_text: str | None = None
+
+
+@dataclass
+class _Body:
+    shape: Shape | None
+    call: _Call
+    attrs: list[_Attr]
+    pos: int
+
+
+@dataclass
+class _Operand:
+    kind: str  # "ref" | "int" | "shape" | "nested"
+    pos: int
+    name: str = ""
+    shape: Shape | None = None
+    body: _Body | None = None
+    value: int = 0
+
+
+@dataclass
+class _Instr:
+    is_root: bool
+    name: str
+    pos: int
+    body: _Body
+
+
+@dataclass
+class _Comp:
+    is_entry: bool
+    name: str
+    pos: int
+    signature: tuple | None
+    instrs: list[_Instr]
+    attrs: list[_Attr] = field(default_factory=list)
+
+
+def _shape_from_token(tok: Token) -> Shape:
+    try:
+        return parse_array_shape(str(tok))
+    except ShapeError as e:
+        raise _PositionedError(str(e), tok.start_pos) from None
+
+
+_TYPED_OPERAND = re.compile(r"(.*?[\]}])\s+(%?\S+)$", re.S)
+
+
+class _Transformer(Transformer):
+    """Callbacks run by the LALR parser as each rule is reduced."""
+
+    def shape(self, c):
+        return _shape_from_token(c[0])
+
+    def tuple_shape(self, c):
+        return Shape.tuple_of(c)
+
+    def buffer_shape(self, c):
+        return Shape("buffer", tuple_shapes=(c[1],))
+
+    def attr_atom(self, c):
+        return c[0]
+
+    def attribute(self, c):
+        name_tok = c[0]
+        first, last = c[1], c[-1]
+        a = _Attr(str(name_tok)[:-1], first.start_pos, last.end_pos, name_tok.start_pos)
+        if len(c) == 2:
+            a.raw = str(first)
+        return a
+
+    def opcall(self, c):
+        tok = c[0]
+        return _Call(str(tok)[:-1].strip(), tok.start_pos, c[1:])
+
+    def instruction_body(self, c):
+        shape = None
+        i = 0
+        if isinstance(c[0], Shape):
+            shape = c[0]
+            i = 1
+        call = c[i]
+        if isinstance(call, Token):  # CONSTANT
+            text = str(call)
+            inner = text[text.index("(") + 1:-1]
+            call = _Call("constant", call.start_pos, [], inner)
+        return _Body(shape, call, c[i + 1:], call.pos)
+
+    def operand(self, c):
+        if len(c) == 1 and isinstance(c[0], Token):
+            tok = c[0]
+            if tok.type == "TYPED_OPERAND":
+                m = _TYPED_OPERAND.match(str(tok))
+                shape = _shape_from_token(Token("SHAPE", m.group(1), tok.start_pos))
+                return _Operand("ref", tok.start_pos + m.start(2), name=m.group(2).lstrip("%"), shape=shape)
+            if tok.type == "NAME":
+                return _Operand("ref", tok.start_pos, name=str(tok).lstrip("%"))
+            return _Operand("int", tok.start_pos, value=int(tok)) if re.fullmatch(r"-?\d+", tok) else \
+                _Operand("ref", tok.start_pos, name=str(tok))
+        if len(c) == 1:  # a shape alone (single-instruction form)
+            return _Operand("shape", -1, shape=c[0])
+        return _Operand("ref", c[1].start_pos, name=str(c[1]).lstrip("%"), shape=c[0])
+
+    def nested_operand(self, c):
+        shape = c[0] if isinstance(c[0], Shape) else None
+        call = c[-1]
+        return _Operand("nested", call.pos, body=_Body(shape, call, [], call.pos))
+
+    def nested_constant(self, c):
+        shape = c[0] if isinstance(c[0], Shape) else None
+        tok = c[-1]
+        text = str(tok)
+        call = _Call("constant", tok.start_pos, [], text[text.index("(") + 1:-1])
+        return _Operand("nested", tok.start_pos, body=_Body(shape, call, [], tok.start_pos))
+
+    def instruction(self, c):
+        is_root = isinstance(c[0], Token) and c[0].type == "ROOT"
+        name_tok = c[1] if is_root else c[0]
+        return _Instr(is_root, str(name_tok).lstrip("%"), name_tok.start_pos, c[-1])
+
+    def param(self, c):
+        return (str(c[0])[:-1].lstrip("%"), c[1], c[0].start_pos)
+
+    def signature(self, c):
+        return (c[:-1], c[-1])
+
+    def computation(self, c):
+        i = 0
+        is_entry = isinstance(c[0], Token) and c[0].type == "ENTRY"
+        if is_entry:
+            i = 1
+        name_tok = c[i]
+        i += 1
+        sig = None
+        if i < len(c) and isinstance(c[i], tuple):
+            sig = c[i]
+            i += 1
+        instrs = [x for x in c[i:] if isinstance(x, _Instr)]
+        attrs = [x for x in c[i:] if isinstance(x, _Attr)]
+        return _Comp(is_entry, str(name_tok).lstrip("%"), name_tok.start_pos, sig, instrs, attrs)
+
+    def computation_body(self, c):
+        return c
+
+    def module_name(self, c):
+        return c[0]
+
+    def module_header(self, c):
+        return ("header", c[0], c[1:])
+
+    def stack_frames(self, c):
+        return ("frames", str(c[0]))
+
+    def module(self, c):
+        return ("module", c)
+
+    def single_instruction(self, c):
+        return ("single", c[0])
+
+
+# ---- error messages ----------------------------------------------------------------------
+
+_TERMINAL_WORDS = {
+    "NAME": "a name", "NAME_COLON": "a parameter name followed by ':'", "ATTR_NAME": "an attribute (name=value)",
+    "OPCALL": "an opcode followed by '('", "SHAPE": "a shape", "TYPED_OPERAND": "an operand",
+    "CONSTANT": "constant(...)", "BRACE_BLOCK": "a {...} value", "PAREN_BLOCK": "a (...) value",
+    "STRING": "a string", "IOTA_LIST": "an iota list", "ATTR_SCALAR": "a value", "STACK_FRAMES": "stack frames",
+    "ENTRY": "ENTRY", "ROOT": "ROOT", "HLOMODULE": "HloModule", "BUFFER_OPEN": "b(", "INT": "an integer",
+    "LBRACE": "'{'", "RBRACE": "'}'", "LPAR": "'('", "RPAR": "')'", "COMMA": "','", "EQUAL": "'='",
+    "$END": "end of input",
+}
+
+
+def _words(expected: set[str]) -> str:
+    names = []
+    for t in sorted(expected):
+        if t in _TERMINAL_WORDS:
+            names.append(_TERMINAL_WORDS[t])
+        elif t.startswith("__ANON") or t == "MINUS":
+            names.append("'->'")
+        else:
+            names.append(t.lower())
+    names = sorted(set(names))
+    if len(names) == 1:
+        return names[0]
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _describe(tok: Token) -> str:
+    if tok.type == "$END":
+        return "end of input"
+    text = str(tok)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"'{text}'"
+
+
+def _lark_error(e: UnexpectedInput, text: str, filename: str) -> HloParseError:
+    if isinstance(e, UnexpectedToken):
+        tok = e.token
+        pos = tok.start_pos if tok.type != "$END" and tok.start_pos is not None else len(text)
+        msg = f"unexpected {_describe(tok)}; expected {_words(set(e.expected))}"
+        if tok.type == "$END":
+            msg = f"unexpected end of input; expected {_words(set(e.expected))}"
+    elif isinstance(e, UnexpectedCharacters):
+        pos = e.pos_in_stream
+        ch = text[pos] if pos < len(text) else ""
+        if text.startswith("/*", pos):
+            msg = "unterminated /* comment"
+        elif ch in "\"'":
+            msg = "unterminated string"
+        elif ch in "{(" and e.allowed and ({"BRACE_BLOCK", "PAREN_BLOCK"} & set(e.allowed)):
+            msg = f"unbalanced '{ch}'"
+        else:
+            msg = f"unexpected character '{ch}'" + (f"; expected {_words(set(e.allowed))}" if e.allowed else "")
+    elif isinstance(e, UnexpectedEOF):
+        pos = len(text)
+        msg = f"unexpected end of input; expected {_words(set(e.expected))}"
+    else:  # pragma: no cover
+        pos = 0
+        msg = str(e)
+    return HloParseError(msg, location_at(text, pos, filename))
+
+
+# ---- building the IR ---------------------------------------------------------------------
+
+class _ModuleBuilder:
+    def __init__(self, text: str, filename: str):
+        self.text = text
+        self.filename = filename
+        self.computations: dict[str, HloComputation] = {}
+        self.order: list[HloComputation] = []
+
+    def error(self, message: str, pos: int, cls: type = HloParseError) -> HloParseError:
+        return cls(message, location_at(self.text, pos, self.filename))
+
+    # -- attributes ---------------------------------------------------------------------
+    def attr_raw(self, a: _Attr) -> str:
+        return a.raw or self.text[a.start:a.end]
+
+    def decode_attrs(self, raw_attrs: list[_Attr], opcode: str | None, scope: dict | None) -> dict[str, Attribute]:
+        out: dict[str, Attribute] = {}
+        allowed = allowed_attributes(opcode) if opcode else None
+        for a in raw_attrs:
+            if a.name in out:
+                raise self.error(f"attribute '{a.name}' is given twice", a.name_pos)
+            if allowed is not None and a.name not in allowed:
+                raise self.error(f"unexpected attribute \"{a.name}\" for {opcode}", a.name_pos)
+            raw = self.attr_raw(a)
+            try:
+                value = attrs_mod.decode(a.name, raw)
+            except ValueError as e:
+                raise self.error(f"attribute {a.name}: {e}", a.start) from None
+            value = self.resolve_attr(a, value, scope)
+            out[a.name] = Attribute(a.name, raw, value)
+        return out
+
+    def resolve_attr(self, a: _Attr, value: Any, scope: dict | None) -> Any:
+        if a.name in attrs_mod.COMPUTATION_ATTRS:
+            if isinstance(value, str) and value.startswith("{"):
+                return self.inline_computation(a)
+            return self.lookup_computation(value, a.start)
+        if a.name in attrs_mod.COMPUTATION_LIST_ATTRS:
+            return tuple(self.lookup_computation(n, a.start) for n in value)
+        if a.name == "control-predecessors" and scope is not None:
+            out = []
+            for n in value:
+                if n not in scope:
+                    raise self.error(f"'{n}' is not defined", a.start)
+                out.append(scope[n])
+            return tuple(out)
+        if a.name == "api_version":
+            known = ("API_VERSION_ORIGINAL", "API_VERSION_STATUS_RETURNING",
+                     "API_VERSION_STATUS_RETURNING_UNIFIED", "API_VERSION_TYPED_FFI")
+            if value == "API_VERSION_UNSPECIFIED":
+                raise self.error("Invalid API version: API_VERSION_UNSPECIFIED", a.start)
+            if value not in known:
+                raise self.error(f"Unknown API version: {value}", a.start)
+        return value
+
+    def lookup_computation(self, name: str, pos: int) -> HloComputation:
+        comp = self.computations.get(name)
+        if comp is None:
+            raise self.error(f"computation does not exist: {name}", pos)
+        return comp
+
+    def inline_computation(self, a: _Attr) -> HloComputation:
+        block = self.text[a.start:a.end]
+        loc = location_at(self.text, a.start, self.filename)
+        padded = "\n" * (loc.line - 1) + " " * (loc.column - 1) + block
+        parser = build_parser(_Transformer)
+        try:
+            instrs = parser.parse(padded, start="computation_body")
+        except UnexpectedInput as e:
+            raise _lark_error(e, self.text, self.filename) from None
+        name = f"{a.name}.inline.{a.start}"
+        comp = self.build_computation(_Comp(False, name, a.start, None, instrs))
+        comp.attributes["inline"] = Attribute("inline", "true", True)
+        return comp
+
+    # -- instructions -------------------------------------------------------------------
+    def check_name(self, name: str, pos: int) -> None:
+        if name in ELEMENT_TYPES or name in TYPE_ALIASES:
+            raise self.error(f"expects name, but '{name}' is an element type and cannot name an instruction", pos)
+
+    def build_instruction(self, name: str, body: _Body, comp: "_CompState", is_top: bool = True) -> HloInstruction:
+        call = body.call
+        opcode = call.opcode
+        self.check_opcode(opcode, call.pos)
+        operands: list[HloInstruction] = []
+        declared: list[Shape | None] = []
+        param_number = None
+        for op in call.operands:
+            if op.kind == "int":
+                if opcode != "parameter":
+                    raise self.error(f"expects an operand name, got the integer {op.value}", op.pos)
+                if param_number is not None:
+                    raise self.error("parameter takes one number", op.pos)
+                param_number = op.value
+                continue
+            inst, shape = self.resolve_operand(op, comp)
+            operands.append(inst)
+            declared.append(shape)
+        if opcode == "parameter":
+            if param_number is None or param_number < 0:
+                raise self.error("parameter expects a non-negative parameter number, e.g. parameter(0)", call.pos)
+        attributes = self.decode_attrs(body.attrs, opcode, comp.names)
+        for req in REQUIRED_ATTRIBUTES.get(opcode, ()):
+            if req not in attributes:
+                raise self.error(f"{opcode} requires attribute {req}=", call.pos)
+        shape = body.shape
+        if shape is None:
+            shape = self.infer(opcode, operands, attributes, call.pos)
+        inst = HloInstruction(name, opcode, shape, operands, attributes,
+                              literal_text=call.constant_text, parameter_number=param_number,
+                              location=location_at(self.text, body.pos if not is_top else comp.name_pos, self.filename))
+        inst.declared_operand_shapes = declared
+        for i, (op, d) in enumerate(zip(operands, declared)):
+            if d is not None and not d.compatible(op.shape):
+                raise self.error(f"The declared operand shape {d} is not compatible with the shape of the "
+                                 f"operand instruction {op.shape}.", call.pos)
+        if opcode == "constant":
+            try:
+                inst._literal = parse_literal(call.constant_text or "", shape)
+            except LiteralError as e:
+                start = call.pos + self.text[call.pos:].index("(") + 1
+                raise self.error(str(e), start + e.offset) from None
+        return inst
+
+    def check_opcode(self, opcode: str, pos: int) -> None:
+        if opcode in OPCODES:
+            return
+        for suffix in ("-start", "-update", "-done"):
+            if opcode.endswith(suffix):
+                base = opcode[: -len(suffix)]
+                if base in OPCODES and base not in ASYNC_SUGAR_EXCLUDED:
+                    return
+        raise self.error(f"Unknown opcode: {opcode}", pos)
+
+    def infer(self, opcode: str, operands: list[HloInstruction], attributes: dict, pos: int) -> Shape:
+        from .shape_inference import ShapeInferenceError, infer_shape
+        try:
+            return infer_shape(opcode, [o.shape for o in operands], {k: a.value for k, a in attributes.items()})
+        except ShapeInferenceError as e:
+            raise self.error(f"cannot infer the shape of {opcode}: {e}; write the shape", pos) from None
+
+    def resolve_operand(self, op: _Operand, comp: "_CompState") -> tuple[HloInstruction, Shape | None]:
+        if op.kind == "nested":
+            nested_name = comp.fresh_name(op.body.call.opcode + ".anon")
+            inst = self.build_instruction(nested_name, op.body, comp, is_top=False)
+            comp.add(inst)
+            return inst, None
+        if op.kind == "shape":
+            if not comp.single:
+                raise self.error("expects an operand name after the shape", op.pos)
+            inst = comp.implicit_parameter(comp.fresh_name("parameter"), op.shape)
+            return inst, op.shape
+        name = op.name
+        if "#" in name:
+            return self.compact_gte(name, op, comp), op.shape
+        inst = comp.names.get(name)
+        if inst is None:
+            if comp.single and op.shape is not None:
+                inst = comp.implicit_parameter(name, op.shape)
+            else:
+                raise self.error(f"instruction does not exist: {name}", op.pos)
+        return inst, op.shape
+
+    def compact_gte(self, name: str, op: _Operand, comp: "_CompState") -> HloInstruction:
+        base, *indices = name.split("#")
+        inst = comp.names.get(base)
+        if inst is None:
+            raise self.error(f"instruction does not exist: {base}", op.pos)
+        path = base
+        for idx_text in indices:
+            if not re.fullmatch(r"-?\d+", idx_text):
+                raise self.error(f"expects integer tuple index after '#', got '{idx_text}'", op.pos)
+            idx = int(idx_text)
+            if not inst.shape.is_tuple:
+                raise self.error(f"GTE operand must be tuple, but {path} has shape {inst.shape}", op.pos)
+            if not 0 <= idx < len(inst.shape.tuple_shapes):
+                raise self.error(f"GTE index {idx} out of bounds for {path} with shape {inst.shape}", op.pos)
+            path = f"{path}#{idx}"
+            existing = comp.names.get(path)
+            if existing is None:
+                gte = HloInstruction(comp.fresh_name(path.replace("#", ".")), "get-tuple-element",
+                                     inst.shape.tuple_shapes[idx], [inst],
+                                     {"index": Attribute("index", str(idx), idx)},
+                                     location=location_at(self.text, op.pos, self.filename))
+                comp.add(gte)
+                comp.names[path] = gte
+                existing = gte
+            inst = existing
+        return inst
+
+    # -- computations -------------------------------------------------------------------
+    def build_computation(self, c: _Comp, single: bool = False) -> HloComputation:
+        state = _CompState(c.name, c.pos, single)
+        root = None
+        for ri in c.instrs:
+            self.check_name(ri.name, ri.pos)
+            if ri.name in state.names:
+                raise self.error(f"instruction '{ri.name}' is defined twice in computation {c.name}", ri.pos)
+            state.name_pos = ri.pos
+            inst = self.build_instruction(ri.name, ri.body, state)
+            state.add(inst)
+            if ri.is_root:
+                if root is not None:
+                    raise self.error("one computation should have only one ROOT", ri.pos)
+                root = inst
+        if not state.instructions:
+            raise self.error(f"computation {c.name} has no instructions", c.pos)
+        if root is None:
+            root = state.instructions[-1]
+        numbers: dict[int, HloInstruction] = {}
+        for inst in state.instructions:
+            if inst.opcode == "parameter":
+                if inst.parameter_number in numbers:
+                    raise self.error(f"Duplicate parameter number {inst.parameter_number}",
+                                     self.pos_of(inst))
+                numbers[inst.parameter_number] = inst
+        if numbers and sorted(numbers) != list(range(len(numbers))):
+            missing = min(set(range(len(numbers))) - set(numbers))
+            raise self.error(f"computation {c.name} has parameter numbers {sorted(numbers)}; "
+                             f"parameter({missing}) is missing", c.pos, HloVerifyError)
+        attributes = self.decode_attrs(c.attrs, None, None)
+        comp = HloComputation(c.name, state.instructions, root, is_entry=c.is_entry,
+                              has_signature=c.signature is not None, attributes=attributes,
+                              location=location_at(self.text, c.pos, self.filename))
+        if c.signature is not None:
+            params, result = c.signature
+            if not result.compatible(root.shape):
+                raise self.error(f"Shape of computation {c.name}, {result}, is not compatible with that of its "
+                                 f"root instruction {root.name}, {root.shape}", c.pos)
+            if len(params) != len(numbers):
+                raise self.error(f"computation {c.name} declares {len(params)} parameters but has "
+                                 f"{len(numbers)} parameter instructions", c.pos)
+            for i, (pname, pshape, ppos) in enumerate(params):
+                if not pshape.compatible(numbers[i].shape):
+                    raise self.error(f"parameter {i} of {c.name} is declared {pshape} but parameter({i}) "
+                                     f"has shape {numbers[i].shape}", ppos)
+        return comp
+
+    def pos_of(self, inst: HloInstruction) -> int:
+        loc = inst.location
+        if loc is None:
+            return 0
+        lines = self.text.split("\n", loc.line - 1)
+        return sum(len(x) + 1 for x in lines[: loc.line - 1]) + loc.column - 1
+
+    def build_module(self, result: tuple) -> HloModule:
+        kind, payload = result
+        if kind == "single":
+            return self.build_single(payload)
+        header = None
+        frames = ""
+        comps: list[_Comp] = []
+        for item in payload:
+            if isinstance(item, _Comp):
+                comps.append(item)
+            elif item[0] == "header":
+                header = item
+            elif item[0] == "frames":
+                frames = item[1]
+        entries = [c for c in comps if c.is_entry]
+        if len(entries) > 1:
+            raise self.error("expects only one ENTRY", entries[1].pos)
+        for c in comps:
+            if c.name in self.computations:
+                raise self.error(f"computation {c.name} is defined twice", c.pos)
+            comp = self.build_computation(c)
+            self.computations[c.name] = comp
+            self.order.append(comp)
+        entry = next((self.computations[c.name] for c in comps if c.is_entry), self.order[-1])
+        entry.is_entry = True
+        if header is not None:
+            name_tok = header[1]
+            name = str(name_tok).rstrip(":").lstrip("%")
+            module_attrs = self.decode_attrs(header[2], None, None)
+        else:
+            name, module_attrs = f"module_{entry.name}", {}
+        inline = [c for c in self.all_inline()]
+        module = HloModule(name, self.order + inline, entry, module_attrs, frames, header is not None)
+        self.check_entry_layout(module, header[2] if header else [])
+        return module
+
+    def all_inline(self) -> list[HloComputation]:
+        seen = {id(c) for c in self.order}
+        out = []
+        stack = list(self.order)
+        while stack:
+            c = stack.pop()
+            for inst in c.instructions:
+                for sub in inst.called_computations():
+                    if id(sub) not in seen:
+                        seen.add(id(sub))
+                        out.append(sub)
+                        stack.append(sub)
+        return out
+
+    def check_entry_layout(self, module: HloModule, raw_attrs: list[_Attr]) -> None:
+        attr = module.attributes.get("entry_computation_layout")
+        if attr is None:
+            return
+        pos = next(a.start for a in raw_attrs if a.name == "entry_computation_layout")
+        text = attr.raw.strip()
+        if not (text.startswith("{") and text.endswith("}")):
+            raise self.error("entry_computation_layout expects {(params)->result}", pos)
+        body = re.sub(r"/\*.*?\*/", "", text[1:-1])
+        depth = 0
+        arrow = -1
+        for i, ch in enumerate(body):
+            if ch in "([{":
+                depth += 1
+            elif ch in ")]}":
+                depth -= 1
+            elif ch == "-" and depth == 0 and body.startswith("->", i):
+                arrow = i
+                break
+        if arrow < 0:
+            raise self.error("entry_computation_layout expects {(params)->result}", pos)
+        try:
+            params = parse_shape_text(body[:arrow])
+            result = parse_shape_text(body[arrow + 2:])
+        except ShapeError as e:
+            raise self.error(f"entry_computation_layout: {e}", pos) from None
+        attr.value = (params.tuple_shapes, result)
+
+    def build_single(self, payload: Any) -> HloModule:
+        if isinstance(payload, _Instr):
+            name, body, pos = payload.name, payload.body, payload.pos
+        else:
+            body = payload
+            name, pos = body.call.opcode, body.pos
+        c = _Comp(True, "", pos, None, [_Instr(True, name, pos, body)])
+        comp = self.build_computation(c, single=True)
+        comp.name = f"{comp.root.opcode}.computation" if not comp.name else comp.name
+        comp.is_entry = True
+        self.order.append(comp)
+        return HloModule(f"module_{comp.name}", self.order + self.all_inline(), comp, {}, "", False)
+
+
+class _CompState:
+    def __init__(self, name: str, pos: int, single: bool):
+        self.name = name
+        self.name_pos = pos
+        self.single = single
+        self.names: dict[str, HloInstruction] = {}
+        self.instructions: list[HloInstruction] = []
+        self.next_param = 0
+
+    def add(self, inst: HloInstruction) -> None:
+        self.names[inst.name] = inst
+        self.instructions.append(inst)
+
+    def fresh_name(self, base: str) -> str:
+        if base not in self.names:
+            return base
+        i = 1
+        while f"{base}.{i}" in self.names:
+            i += 1
+        return f"{base}.{i}"
+
+    def implicit_parameter(self, name: str, shape: Shape) -> HloInstruction:
+        inst = HloInstruction(name, "parameter", shape, [], {}, parameter_number=self.next_param)
+        self.next_param += 1
+        self.add(inst)
+        return inst
+
+
+# ---- public API --------------------------------------------------------------------------
+
+def _parse_result(text: str, filename: str, start: str = "start") -> Any:
+    parser = build_parser(_Transformer)
+    try:
+        return parser.parse(text, start=start)
+    except UnexpectedInput as e:
+        raise _lark_error(e, text, filename) from None
+    except _PositionedError as e:
+        raise HloParseError(e.message, location_at(text, e.pos, filename)) from None
+    except RecursionError:
+        raise HloParseError("input is nested too deeply", location_at(text, 0, filename)) from None
+
+
+def parse_module(text: str, filename: str = "<string>", verify: bool = True) -> HloModule:
+    """Parse HLO text (a module, header-less computations, or a single instruction)."""
+    result = _parse_result(text, filename)
+    builder = _ModuleBuilder(text, filename)
+    try:
+        module = builder.build_module(result)
+    except _PositionedError as e:
+        raise HloParseError(e.message, location_at(text, e.pos, filename)) from None
+    except RecursionError:
+        raise HloParseError("input is nested too deeply", location_at(text, 0, filename)) from None
+    if verify:
+        from .verifier import verify_module
+        verify_module(module)
+    return module
+
+
+_SPLIT = re.compile(r"^// -----[ \t]*$", re.M)
+
+
+def parse_modules(text: str, filename: str = "<string>", verify: bool = True) -> list[HloModule]:
+    """Parse a file holding several modules separated by ``// -----`` lines (hlo-opt's
+    ``--split-input-file``). Locations refer to lines of the whole file."""
+    modules = []
+    start = 0
+    pieces = []
+    for m in _SPLIT.finditer(text):
+        pieces.append((start, m.start()))
+        start = m.end()
+    pieces.append((start, len(text)))
+    for a, b in pieces:
+        chunk = text[a:b]
+        if not chunk.strip() or not re.sub(r"//[^\n]*|/\*.*?\*/", "", chunk, flags=re.S).strip():
+            continue
+        prefix = text[:a]
+        padded = re.sub(r"[^\n]", " ", prefix) + chunk  # keep offsets: lines and columns match the file
+        modules.append(parse_module(padded, filename, verify))
+    return modules
+
+
+def parse_shape(text: str) -> Shape:
+    """Parse a shape such as ``f32[2,3]{0,1}`` or ``(f32[], s32[4])``."""
+    try:
+        return parse_shape_text(text)
+    except ShapeError as e:
+        raise HloParseError(str(e), location_at(text, e.offset, "<shape>")) from None

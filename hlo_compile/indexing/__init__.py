@@ -1,0 +1,1 @@
+"""indexing layer (see ../shared/DESIGN.md §1)."""

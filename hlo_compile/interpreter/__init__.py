@@ -1,0 +1,1 @@
+"""interpreter layer (see ../shared/DESIGN.md §1)."""

@@ -1,0 +1,1 @@
+"""runtime layer (see ../shared/DESIGN.md §1)."""

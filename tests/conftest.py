@@ -1,0 +1,28 @@
+"""Shared test fixtures: where the shared corpus lives (tests skip cleanly without it)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def corpus_root() -> Path | None:
+    """``$HLO_CORPUS`` or ``../shared/corpus`` next to the repository; None if absent."""
+    env = os.environ.get("HLO_CORPUS")
+    candidates = [Path(env)] if env else []
+    candidates.append(REPO.parent / "shared" / "corpus")
+    for c in candidates:
+        if c.is_dir():
+            return c
+    return None
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    root = corpus_root()
+    if root is None:
+        pytest.skip("shared corpus not found (set HLO_CORPUS or place it at ../shared/corpus)")
+    return root
