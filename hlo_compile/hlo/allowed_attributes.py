@@ -5,7 +5,7 @@ from __future__ import annotations
 COMMON = frozenset({"sharding", "frontend_attributes", "statistics", "parameter_replication",
                     "control-predecessors", "origin", "metadata", "backend_config", "result_accuracy"})
 
-_COLLECTIVE = {"replica_groups", "channel_id", "constrain_layout", "use_global_device_ids", "dimensions",
+_COLLECTIVE = {"replica_groups", "has_dynamic_root", "channel_id", "constrain_layout", "use_global_device_ids", "dimensions",
                "mode", "to_apply", "split_dimension", "split_count", "source_target_pairs",
                "slice_sizes", "backend_config"}
 _ASYNC = {"calls", "async_execution_thread", "async_group_id", "async_wrapped_computation",
@@ -17,9 +17,9 @@ _SCATTER = {"update_window_dims", "inserted_window_dims", "scatter_dims_to_opera
             "to_apply", "indices_are_sorted", "unique_indices", "input_batching_dims",
             "scatter_indices_batching_dims"}
 _DOT = {"lhs_batch_dims", "rhs_batch_dims", "lhs_contracting_dims", "rhs_contracting_dims",
-        "operand_precision", "algorithm", "sparsity", "lhs_ragged_dims", "rhs_group_dims"}
+        "operand_precision", "algorithm", "sparsity", "sparsity_config", "lhs_ragged_dims", "rhs_group_dims"}
 _CONV = {"window", "dim_labels", "feature_group_count", "batch_group_count", "operand_precision",
-         "algorithm", "convolution_dimension_numbers"}
+         "algorithm", "convolution_dimension_numbers", "convolution_kind", "sparsity_config"}
 _CUSTOM_CALL = {"custom_call_target", "window", "dim_labels", "feature_group_count", "batch_group_count",
                 "operand_layout_constraints", "custom_call_has_side_effect", "to_apply", "called_computations",
                 "output_to_operand_aliasing", "padding_type", "literal", "operand_precision", "schedule",
@@ -74,7 +74,7 @@ OPCODE_ATTRIBUTES: dict[str, frozenset[str]] = {k: frozenset(v) for k, v in {
 REQUIRED_ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "compare": ("direction",), "get-tuple-element": ("index",), "iota": ("iota_dimension",),
     "slice": ("slice",), "pad": ("padding",), "reduce": ("dimensions", "to_apply"),
-    "transpose": ("dimensions",), "reduce-window": ("window", "to_apply"),
+    "transpose": ("dimensions",), "reduce-window": ("to_apply",),
     "dynamic-slice": ("dynamic_slice_sizes",), "topk": ("k",),
     "gather": ("offset_dims", "collapsed_slice_dims", "start_index_map", "index_vector_dim", "slice_sizes"),
     "scatter": ("update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims",

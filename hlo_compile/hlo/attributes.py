@@ -101,6 +101,8 @@ def decode_int_list(raw: str) -> tuple[int, ...]:
     if not (text.startswith("{") and text.endswith("}")):
         raise ValueError(f"expects a list of integers in braces, e.g. {{0,1}}, got '{raw}'")
     body = text[1:-1].strip()
+    if body.startswith("{"):  # a list of lists (collective-permute's in-place slice sizes)
+        return tuple(decode_int_list(part + "}") for part in re.split(r"\}\s*,\s*", body[:-1]))
     if not body:
         return ()
     items = [x.strip() for x in body.split(",")]
@@ -245,6 +247,15 @@ _DIM_LABELS = re.compile(r"([0-9bf?]{2,})_([0-9io?]{2,})->([0-9bf?]{2,})")
 
 def decode_dim_labels(raw: str) -> ConvDimensionNumbers:
     m = _DIM_LABELS.fullmatch(raw.strip())
+    if m and "?" in raw:  # don't-care labels (custom-call only); kept as text
+        lhs = m.group(1)
+        nspatial = len(lhs) - 2
+        for part in m.groups():
+            for ch in part:
+                if ch.isdigit() and int(ch) >= nspatial:
+                    raise ValueError(f"invalid convolution dimension numbers '{raw}': spatial dimension {ch} "
+                                     f"exceeds the {nspatial} spatial dimensions")
+        return raw
     if not m:
         raise ValueError(f"expects convolution dimension numbers like b01f_01io->b01f, got '{raw}'")
     lhs, rhs, out = m.groups()
@@ -282,6 +293,8 @@ def decode_name_list(raw: str) -> tuple[str, ...]:
     body = text[1:-1].strip()
     if not body:
         return ()
+    if body.startswith("{"):
+        return ("{inline}",)  # inline computations; the parser splits and parses them
     return tuple(x.strip().lstrip("%") for x in body.split(","))
 
 
@@ -344,5 +357,11 @@ DECODERS: dict[str, Callable[[str], Any]] = {
 }
 
 
+def _checked(name: str):
+    from .attribute_checks import CHECKERS
+    return CHECKERS.get(name, decode_raw)
+
+
 def decode(name: str, raw: str) -> Any:
-    return DECODERS.get(name, decode_raw)(raw)
+    decoder = DECODERS.get(name)
+    return decoder(raw) if decoder is not None else _checked(name)(raw)

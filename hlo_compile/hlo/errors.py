@@ -73,3 +73,21 @@ def location_at(text: str, offset: int, filename: str) -> SourceLocation:
     if end < 0:
         end = len(text)
     return SourceLocation(filename, line, offset - start + 1, text[start:end].rstrip("\r"))
+
+
+class LineIndex:
+    """Offsets → locations for one text, in O(log n) per lookup (parsers ask for thousands)."""
+
+    def __init__(self, text: str, filename: str):
+        import re
+        self.text = text
+        self.filename = filename
+        self.starts = [0] + [m.end() for m in re.finditer("\n", text)]
+
+    def location(self, offset: int) -> SourceLocation:
+        from bisect import bisect_right
+        offset = max(0, min(offset, len(self.text)))
+        i = bisect_right(self.starts, offset) - 1
+        start = self.starts[i]
+        end = self.starts[i + 1] - 1 if i + 1 < len(self.starts) else len(self.text)
+        return SourceLocation(self.filename, i + 1, offset - start + 1, self.text[start:end].rstrip("\r"))

@@ -41,17 +41,30 @@ _NAME = r"%?[A-Za-z_][A-Za-z0-9_.\-]*+(?:#-?[A-Za-z0-9_]+)*"
 SHAPE_RE = _type_names() + r"\[[^\]\n]*\](?:\{(?=\s*[0-9:])[^{}\n]*\})?"
 
 
+_OPCODE = r"[a-z][a-z0-9\-]*+"
+_INT = r"-?\d++"
+_SCALAR_VALUE = r"[^\s,{}()\"'\[\]=]++(?:\[[^\]\n]*\](?:\{[^{}\n]*\})?)?"
+_IOTA_LIST = r"\[[0-9,\s]*\]\s*<=\s*\[[0-9,\s]*\](?:T\([0-9,\s]*\))?"
+_MESH = r"mesh\[[^\]\n]*\](?:\s*\{[^{}\n]*\})?"
+
+
 def placeholder_regexes() -> dict[str, str]:
     paren = _balanced("(", ")", BLOCK_DEPTH)
+    brace = _balanced("{", "}", BLOCK_DEPTH)
+    # custom-call's `literal=s32[2]{0} {1, 2}` / `literal=f32[] 0.1`: a shape, then a literal.
+    shaped_literal = SHAPE_RE + r"\s++(?:" + _balanced("{", "}", 4) + r"|-?[A-Za-z0-9_.]+(?:\(0x[0-9a-fA-F]+\))?)"
+    value = "(?:" + "|".join([shaped_literal, brace, paren, _STRING, _IOTA_LIST, _MESH, _SCALAR_VALUE]) + ")"
+    item = rf"(?:{_COMMENT}\s*+)?(?:{SHAPE_RE}\s++)?{_NAME}"
     return {
         "SHAPE": SHAPE_RE,
         # A long-form operand: shape and name. Not a nested instruction (`f32[2] add(...)`).
         "TYPED_OPERAND": SHAPE_RE + r"\s++" + _NAME + r"(?![A-Za-z0-9_.\-#(]|\s*\()",
         "CONSTANT": r"constant\s*" + paren,
-        "BRACE_BLOCK": _balanced("{", "}", BLOCK_DEPTH),
-        # custom-call's `literal=s32[2]{0} {1, 2}` / `literal=f32[] 0.1`: a shape, then a literal.
-        "SHAPED_LITERAL": SHAPE_RE + r"\s++(?:" + _balanced("{", "}", 4) + r"|-?[A-Za-z0-9_.]+(?:\(0x[0-9a-fA-F]+\))?)",
-        "PAREN_BLOCK": paren,
+        # Leading whitespace is part of the coarse tokens: one lexer match instead of two.
+        "INSTR_HEAD": rf"\s*+(?:ROOT\s++)?{_NAME}\s*=\s*{SHAPE_RE}\s*(?!constant\b){_OPCODE}\(",
+        # A list of plain operands (names, optionally with shapes) and the closing ')'.
+        "OPERANDS": rf"\s*(?:{item}\s*(?:,\s*{item}\s*)*+)?\)",
+        "ATTRIBUTE": rf"\s*+,\s*[A-Za-z_][A-Za-z0-9_.\-]*=\s*" + value,
         # XLA's stack-frame tables: four keyword-headed sections of `id "string"` or
         # `id {fields}` lines, kept verbatim.
         "STACK_FRAMES": r"FileNames(?:\s++(?:\d+\s++(?:" + _STRING + r"|\{[^{}]*+\})|FunctionNames\b|FileLocations\b|StackFrames\b))*+",
@@ -68,4 +81,5 @@ def grammar_text() -> str:
 @functools.lru_cache(maxsize=None)
 def build_parser(transformer_cls: type) -> Lark:
     return Lark(grammar_text(), parser="lalr", lexer="contextual", transformer=transformer_cls(),
-                maybe_placeholders=False, propagate_positions=False, cache=False)
+                maybe_placeholders=False, propagate_positions=False, cache=False,
+                start=["start", "computation_body"])

@@ -86,16 +86,18 @@ def _check_scalar(tok: str, etype: str, offset: int) -> Any:
         bits = element_type(etype).bits
         if kind == "pred":
             lo, hi = 0, 1
+        elif bits == 64:  # XLA reads 64-bit literals as either signedness and bit-casts
+            lo, hi = -(1 << 63), (1 << 64) - 1
         elif kind == "signed":
             lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-            if bits == 64:
-                hi = (1 << 64) - 1  # XLA accepts up to 2^64-1 and bit-casts
         else:
             lo, hi = 0, (1 << bits) - 1
         if not lo <= v <= hi:
             raise LiteralError(f"value {tok} is out of range for literal's primitive type {etype.upper()}", offset)
-        if kind == "signed" and v > (1 << (bits - 1)) - 1:
+        if bits == 64 and kind == "signed" and v > (1 << 63) - 1:
             v -= 1 << 64
+        elif bits == 64 and kind == "unsigned" and v < 0:
+            v += 1 << 64
         return v
     # floating point and complex parts
     neg = tok.startswith("-")
@@ -151,6 +153,8 @@ def _array(r: _Reader, shape: Shape) -> np.ndarray:
     etype = shape.element_type
     if not dims:
         values = [_scalar(r, etype)]
+    elif r.peek() != "{":  # a scalar written for a whole array fills every element
+        values = [_scalar(r, etype)] * shape.element_count()
     else:
         values = []
 

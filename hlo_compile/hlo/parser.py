@@ -15,9 +15,10 @@ from lark import Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from . import attributes as attrs_mod
+from .async_checks import check_async
 from .allowed_attributes import REQUIRED_ATTRIBUTES, allowed_attributes
 from .attributes import Attribute
-from .errors import HloParseError, HloVerifyError, location_at
+from .errors import HloParseError, HloVerifyError, LineIndex, location_at
 from .grammar import build_parser
 from .ir import HloComputation, HloInstruction, HloModule
 from .literal import LiteralError, parse_literal
@@ -25,6 +26,11 @@ from .opcodes import ASYNC_SUGAR_EXCLUDED, OPCODES
 from .shape import Shape
 from .shape_text import ShapeError, parse_array_shape, parse_shape_text
 from .element_types import ELEMENT_TYPES, TYPE_ALIASES
+
+
+_TRANSCENDENTAL = frozenset({"exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "sine",
+                             "cosine", "tan", "tanh", "sqrt", "rsqrt", "cbrt", "erf", "acos", "acosh", "asin",
+                             "asinh", "atanh", "cosh", "sinh"})
 
 
 class _PositionedError(Exception):
@@ -97,6 +103,29 @@ def _shape_from_token(tok: Token) -> Shape:
 
 
 _TYPED_OPERAND = re.compile(r"(.*?[\]}])\s+(%?\S+)$", re.S)
+_ATTRIBUTE_NAME = re.compile(r"\s*,\s*([A-Za-z_][A-Za-z0-9_.\-]*)=\s*")
+_PLAIN_OPERAND = re.compile(r"(?:/\*.*?\*/\s*)?(?:([a-z][a-z0-9_]*\[[^\]]*\](?:\{[^{}]*\})?)\s+)?%?"
+                            r"([A-Za-z_][A-Za-z0-9_.\-]*(?:#-?[A-Za-z0-9_]+)*)", re.S)
+_INSTR_HEAD = re.compile(r"\s*(ROOT\s+)?%?([A-Za-z_][A-Za-z0-9_.\-]*(?:#-?[A-Za-z0-9_]+)*)\s*=\s*"
+                         r"(\S+?\[[^\]]*\](?:\{[^{}]*\})?)\s*([a-z][a-z0-9\-]*)\(", re.S)
+
+
+def _attribute(tok: Token) -> _Attr:
+    m = _ATTRIBUTE_NAME.match(tok)
+    return _Attr(m.group(1), tok.start_pos + m.end(), tok.end_pos, tok.start_pos + m.start(1), str(tok)[m.end():])
+
+
+def _operands(item: Any) -> list:
+    """The operands of a call: a list from the general rules, or one OPERANDS token."""
+    if not isinstance(item, Token):
+        return item
+    base = item.start_pos
+    out = []
+    for m in _PLAIN_OPERAND.finditer(item):
+        shape_text = m.group(1)
+        shape = _shape_from_token(Token("SHAPE", shape_text, base + m.start(1))) if shape_text else None
+        out.append(_Operand("ref", base + m.start(2), name=m.group(2), shape=shape))
+    return out
 
 
 class _Transformer(Transformer):
@@ -111,20 +140,21 @@ class _Transformer(Transformer):
     def buffer_shape(self, c):
         return Shape("buffer", tuple_shapes=(c[1],))
 
-    def attr_atom(self, c):
-        return c[0]
-
-    def attribute(self, c):
-        name_tok = c[0]
-        first, last = c[1], c[-1]
-        a = _Attr(str(name_tok)[:-1], first.start_pos, last.end_pos, name_tok.start_pos)
-        if len(c) == 2:
-            a.raw = str(first)
-        return a
-
     def opcall(self, c):
         tok = c[0]
-        return _Call(str(tok)[:-1].strip(), tok.start_pos, c[1:])
+        return _Call(str(tok)[:-1].strip(), tok.start_pos, _operands(c[1]))
+
+    def operand_list(self, c):
+        return c
+
+    def fast_instruction(self, c):
+        tok = c[0]
+        m = _INSTR_HEAD.match(tok)
+        shape = _shape_from_token(Token("SHAPE", m.group(3), tok.start_pos + m.start(3)))
+        pos = tok.start_pos + m.start(4)
+        call = _Call(m.group(4), pos, _operands(c[1]))
+        return _Instr(bool(m.group(1)), m.group(2), tok.start_pos + m.start(2),
+                      _Body(shape, call, [_attribute(a) for a in c[2:]], pos))
 
     def instruction_body(self, c):
         shape = None
@@ -137,7 +167,7 @@ class _Transformer(Transformer):
             text = str(call)
             inner = text[text.index("(") + 1:-1]
             call = _Call("constant", call.start_pos, [], inner)
-        return _Body(shape, call, c[i + 1:], call.pos)
+        return _Body(shape, call, [_attribute(a) for a in c[i + 1:]], call.pos)
 
     def operand(self, c):
         if len(c) == 1 and isinstance(c[0], Token):
@@ -189,7 +219,7 @@ class _Transformer(Transformer):
             sig = c[i]
             i += 1
         instrs = [x for x in c[i:] if isinstance(x, _Instr)]
-        attrs = [x for x in c[i:] if isinstance(x, _Attr)]
+        attrs = [_attribute(x) for x in c[i:] if isinstance(x, Token) and x.type == "ATTRIBUTE"]
         return _Comp(is_entry, str(name_tok).lstrip("%"), name_tok.start_pos, sig, instrs, attrs)
 
     def computation_body(self, c):
@@ -199,7 +229,7 @@ class _Transformer(Transformer):
         return c[0]
 
     def module_header(self, c):
-        return ("header", c[0], c[1:])
+        return ("header", c[0], [_attribute(a) for a in c[1:]])
 
     def stack_frames(self, c):
         return ("frames", str(c[0]))
@@ -217,7 +247,8 @@ _TERMINAL_WORDS = {
     "NAME": "a name", "NAME_COLON": "a parameter name followed by ':'", "ATTR_NAME": "an attribute (name=value)",
     "OPCALL": "an opcode followed by '('", "SHAPE": "a shape", "TYPED_OPERAND": "an operand",
     "CONSTANT": "constant(...)", "BRACE_BLOCK": "a {...} value", "PAREN_BLOCK": "a (...) value",
-    "STRING": "a string", "IOTA_LIST": "an iota list", "ATTR_SCALAR": "a value", "STACK_FRAMES": "stack frames",
+    "STRING": "a string", "STACK_FRAMES": "stack frames", "ATTRIBUTE": "', attribute=value'",
+    "INSTR_HEAD": "an instruction", "OPERANDS": "operands",
     "ENTRY": "ENTRY", "ROOT": "ROOT", "HLOMODULE": "HloModule", "BUFFER_OPEN": "b(", "INT": "an integer",
     "LBRACE": "'{'", "RBRACE": "'}'", "LPAR": "'('", "RPAR": "')'", "COMMA": "','", "EQUAL": "'='",
     "$END": "end of input",
@@ -283,9 +314,10 @@ class _ModuleBuilder:
         self.filename = filename
         self.computations: dict[str, HloComputation] = {}
         self.order: list[HloComputation] = []
+        self.lines = LineIndex(text, filename)
 
     def error(self, message: str, pos: int, cls: type = HloParseError) -> HloParseError:
-        return cls(message, location_at(self.text, pos, self.filename))
+        return cls(message, self.lines.location(pos))
 
     # -- attributes ---------------------------------------------------------------------
     def attr_raw(self, a: _Attr) -> str:
@@ -314,6 +346,8 @@ class _ModuleBuilder:
                 return self.inline_computation(a)
             return self.lookup_computation(value, a.start)
         if a.name in attrs_mod.COMPUTATION_LIST_ATTRS:
+            if any(n.startswith("{") for n in value):
+                return self.inline_computation_list(a)
             return tuple(self.lookup_computation(n, a.start) for n in value)
         if a.name == "control-predecessors" and scope is not None:
             out = []
@@ -337,19 +371,38 @@ class _ModuleBuilder:
             raise self.error(f"computation does not exist: {name}", pos)
         return comp
 
-    def inline_computation(self, a: _Attr) -> HloComputation:
-        block = self.text[a.start:a.end]
-        loc = location_at(self.text, a.start, self.filename)
-        padded = "\n" * (loc.line - 1) + " " * (loc.column - 1) + block
+    def inline_computation(self, a: _Attr, start: int | None = None, end: int | None = None) -> HloComputation:
+        """Parse ``{ ... }`` at text[start:end] as an anonymous computation. The text before it
+        is blanked (newlines kept) so that offsets, lines and columns match the file."""
+        start = a.start if start is None else start
+        end = a.end if end is None else end
+        padded = re.sub(r"[^\n]", " ", self.text[:start]) + self.text[start:end]
         parser = build_parser(_Transformer)
         try:
             instrs = parser.parse(padded, start="computation_body")
         except UnexpectedInput as e:
             raise _lark_error(e, self.text, self.filename) from None
-        name = f"{a.name}.inline.{a.start}"
-        comp = self.build_computation(_Comp(False, name, a.start, None, instrs))
+        name = f"{a.name}.inline.{start}"
+        comp = self.build_computation(_Comp(False, name, start, None, instrs))
         comp.attributes["inline"] = Attribute("inline", "true", True)
         return comp
+
+    def inline_computation_list(self, a: _Attr) -> tuple[HloComputation, ...]:
+        """``{{...}, {...}}``: a list of inline computations."""
+        out = []
+        depth = 0
+        block_start = -1
+        for i in range(a.start + 1, a.end - 1):
+            ch = self.text[i]
+            if ch == "{":
+                if depth == 0:
+                    block_start = i
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    out.append(self.inline_computation(a, block_start, i + 1))
+        return tuple(out)
 
     # -- instructions -------------------------------------------------------------------
     def check_name(self, name: str, pos: int) -> None:
@@ -378,6 +431,10 @@ class _ModuleBuilder:
             if param_number is None or param_number < 0:
                 raise self.error("parameter expects a non-negative parameter number, e.g. parameter(0)", call.pos)
         attributes = self.decode_attrs(body.attrs, opcode, comp.names)
+        if opcode == "broadcast" and "dimensions" not in attributes and len(operands) == 1 \
+                and operands[0].shape.is_scalar:
+            attributes["dimensions"] = Attribute("dimensions", "{}", ())  # implied for a scalar operand
+        self.check_opcode_attrs(opcode, attributes, operands, call.pos)
         for req in REQUIRED_ATTRIBUTES.get(opcode, ()):
             if req not in attributes:
                 raise self.error(f"{opcode} requires attribute {req}=", call.pos)
@@ -386,7 +443,7 @@ class _ModuleBuilder:
             shape = self.infer(opcode, operands, attributes, call.pos)
         inst = HloInstruction(name, opcode, shape, operands, attributes,
                               literal_text=call.constant_text, parameter_number=param_number,
-                              location=location_at(self.text, body.pos if not is_top else comp.name_pos, self.filename))
+                              location=self.lines.location(body.pos if not is_top else comp.name_pos))
         inst.declared_operand_shapes = declared
         for i, (op, d) in enumerate(zip(operands, declared)):
             if d is not None and not d.compatible(op.shape):
@@ -399,6 +456,32 @@ class _ModuleBuilder:
                 start = call.pos + self.text[call.pos:].index("(") + 1
                 raise self.error(str(e), start + e.offset) from None
         return inst
+
+    def check_opcode_attrs(self, opcode: str, attributes: dict[str, Attribute], operands: list[HloInstruction],
+                           pos: int) -> None:
+        """Attribute rules that depend on the opcode or the operands."""
+        if "result_accuracy" in attributes and opcode not in _TRANSCENDENTAL:
+            raise self.error(f"result_accuracy is only allowed on unary transcendental ops, not {opcode}", pos)
+        if opcode == "conditional" and operands:
+            pred_index = operands[0].shape.element_type == "pred"
+            if pred_index and "branch_computations" in attributes:
+                raise self.error('unexpected attribute "branch_computations": a conditional with a pred '
+                                 "index takes true_computation= and false_computation=", pos)
+            if not pred_index and ("true_computation" in attributes or "false_computation" in attributes):
+                raise self.error("a conditional with an integer index takes branch_computations=", pos)
+        constraints = attributes.get("operand_layout_constraints")
+        if constraints is not None:
+            try:
+                shapes = parse_shape_text("(" + constraints.raw.strip()[1:-1] + ")").tuple_shapes
+            except ShapeError as e:
+                raise self.error(f"operand_layout_constraints: {e}", pos) from None
+            if len(shapes) != len(operands):
+                raise self.error(f"Expected {len(operands)} operand layout constraints, {len(shapes)} given", pos)
+            for i, (c, op) in enumerate(zip(shapes, operands)):
+                if not c.compatible(op.shape):
+                    raise self.error(f"operand {i} is not compatible with operand shape: constraint {c}, "
+                                     f"operand {op.shape}", pos)
+            constraints.value = shapes
 
     def check_opcode(self, opcode: str, pos: int) -> None:
         if opcode in OPCODES:
@@ -456,10 +539,10 @@ class _ModuleBuilder:
             path = f"{path}#{idx}"
             existing = comp.names.get(path)
             if existing is None:
-                gte = HloInstruction(comp.fresh_name(path.replace("#", ".")), "get-tuple-element",
+                gte = HloInstruction(comp.fresh_name(path.replace("#", "_")), "get-tuple-element",
                                      inst.shape.tuple_shapes[idx], [inst],
                                      {"index": Attribute("index", str(idx), idx)},
-                                     location=location_at(self.text, op.pos, self.filename))
+                                     location=self.lines.location(op.pos))
                 comp.add(gte)
                 comp.names[path] = gte
                 existing = gte
@@ -469,6 +552,7 @@ class _ModuleBuilder:
     # -- computations -------------------------------------------------------------------
     def build_computation(self, c: _Comp, single: bool = False) -> HloComputation:
         state = _CompState(c.name, c.pos, single)
+        state.reserved = {ri.name for ri in c.instrs}
         root = None
         for ri in c.instrs:
             self.check_name(ri.name, ri.pos)
@@ -496,22 +580,20 @@ class _ModuleBuilder:
             missing = min(set(range(len(numbers))) - set(numbers))
             raise self.error(f"computation {c.name} has parameter numbers {sorted(numbers)}; "
                              f"parameter({missing}) is missing", c.pos, HloVerifyError)
+        problem = check_async(state.instructions, _async_sugar_opcodes(state.instructions))
+        if problem is not None:
+            message, inst = problem
+            raise HloParseError(message, inst.location)
         attributes = self.decode_attrs(c.attrs, None, None)
         comp = HloComputation(c.name, state.instructions, root, is_entry=c.is_entry,
                               has_signature=c.signature is not None, attributes=attributes,
-                              location=location_at(self.text, c.pos, self.filename))
+                              location=self.lines.location(c.pos))
         if c.signature is not None:
             params, result = c.signature
             if not result.compatible(root.shape):
                 raise self.error(f"Shape of computation {c.name}, {result}, is not compatible with that of its "
                                  f"root instruction {root.name}, {root.shape}", c.pos)
-            if len(params) != len(numbers):
-                raise self.error(f"computation {c.name} declares {len(params)} parameters but has "
-                                 f"{len(numbers)} parameter instructions", c.pos)
-            for i, (pname, pshape, ppos) in enumerate(params):
-                if not pshape.compatible(numbers[i].shape):
-                    raise self.error(f"parameter {i} of {c.name} is declared {pshape} but parameter({i}) "
-                                     f"has shape {numbers[i].shape}", ppos)
+            # Like XLA, the declared parameter list is not checked against the parameters.
         return comp
 
     def pos_of(self, inst: HloInstruction) -> int:
@@ -613,6 +695,10 @@ class _ModuleBuilder:
         return HloModule(f"module_{comp.name}", self.order + self.all_inline(), comp, {}, "", False)
 
 
+def _async_sugar_opcodes(instructions: list[HloInstruction]) -> set[str]:
+    return {i.opcode for i in instructions if i.opcode not in OPCODES}
+
+
 class _CompState:
     def __init__(self, name: str, pos: int, single: bool):
         self.name = name
@@ -621,16 +707,19 @@ class _CompState:
         self.names: dict[str, HloInstruction] = {}
         self.instructions: list[HloInstruction] = []
         self.next_param = 0
+        self.reserved: set[str] = set()  # names written in the text, for naming generated ones
 
     def add(self, inst: HloInstruction) -> None:
         self.names[inst.name] = inst
         self.instructions.append(inst)
 
     def fresh_name(self, base: str) -> str:
-        if base not in self.names:
+        """``base``, or ``base.N``: unique among the instructions built and those still to come."""
+        taken = lambda n: n in self.names or n in self.reserved  # noqa: E731
+        if not taken(base):
             return base
         i = 1
-        while f"{base}.{i}" in self.names:
+        while taken(f"{base}.{i}"):
             i += 1
         return f"{base}.{i}"
 

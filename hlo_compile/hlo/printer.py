@@ -65,7 +65,9 @@ def header_text(module: HloModule) -> str:
     if "entry_computation_layout" not in module.attributes:
         at = 1 if attrs and attrs[0][0] == "is_scheduled" else 0
         attrs.insert(at, ("entry_computation_layout", entry_layout_text(module)))
-    return f"HloModule {module.name}" + "".join(f", {k}={v}" for k, v in attrs)
+    # XLA's printer starts debug_attributes on a line of its own.
+    return f"HloModule {module.name}" + "".join((",\n" if k == "debug_attributes" else ", ") + f"{k}={v}"
+                                               for k, v in attrs)
 
 
 def module_to_text(module: HloModule, form: str = "long") -> str:
@@ -73,8 +75,10 @@ def module_to_text(module: HloModule, form: str = "long") -> str:
         raise ValueError(f"unknown print form '{form}' (expected 'long' or 'short')")
     long = form == "long"
     out = header_text(module) + "\n\n"
+    if "origin_recovery_table" in module.attributes:
+        out += "\n"  # XLA leaves an extra blank line after a multi-line recovery table
     if module.stack_frames:
-        out += module.stack_frames.rstrip() + "\n\n"
+        out += module.stack_frames.rstrip() + "\n\n\n"
     for comp in module.computations:
         if "inline" in comp.attributes:
             continue

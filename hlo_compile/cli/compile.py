@@ -1,0 +1,65 @@
+"""`hlo-compile`: parse, analyse and emit an HLO module, printing one stage or dumping all."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..hlo import HloError, parse_modules
+from ..pipeline import STAGE_NAMES, CompileOptions, run_pipeline
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--dump-to", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write every stage of the pipeline into this directory.")
+@click.option("--emit", type=click.Choice(STAGE_NAMES), default=None,
+              help="Print this stage (default: the parsed module in XLA's long form).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the emitted stage to this file instead of stdout.")
+@click.option("--arch", default="sm_80", show_default=True, envvar="HLO_COMPILE_ARCH",
+              help="Target GPU architecture (sm_80, sm_90).")
+@click.option("--split-input-file", is_flag=True, help="Treat '// -----' lines as module separators.")
+@click.option("--short", "short_form", is_flag=True, help="Print HLO in the short form (no operand shapes).")
+def main(file: Path, dump_to: Path | None, emit: str | None, output: Path | None, arch: str,
+         split_input_file: bool, short_form: bool) -> None:
+    """Compile an XLA HLO text module."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        click.echo(f"error: cannot read {file}: {e}", err=True)
+        sys.exit(2)
+    options = CompileOptions(arch=arch)
+    try:
+        if split_input_file:
+            modules = parse_modules(text, str(file))
+        else:
+            from ..hlo import parse_module
+            modules = [parse_module(text, str(file))]
+        outputs = []
+        for i, module in enumerate(modules):
+            target = None
+            if dump_to is not None:
+                target = dump_to if len(modules) == 1 else dump_to / f"module_{i:04d}"
+            result = run_pipeline(module, options, emit=emit or ("hlo" if dump_to is None else None),
+                                  dump_to=target)
+            stage_name = emit or "hlo"
+            if stage_name == "hlo" and short_form:
+                outputs.append(module.to_text("short"))
+            elif emit is not None or dump_to is None:
+                outputs.append(result.artifacts[stage_name])
+    except HloError as e:
+        click.echo(str(e), err=True)
+        sys.exit(2)
+    text_out = "// -----\n".join(outputs)
+    if output is not None:
+        output.write_text(text_out)
+    elif text_out:
+        click.echo(text_out, nl=False)
+    if dump_to is not None:
+        click.echo(f"wrote {dump_to}", err=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

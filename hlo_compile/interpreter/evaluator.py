@@ -1,0 +1,104 @@
+"""Evaluation of HLO computations on numpy values, by table dispatch on the opcode.
+
+Values are numpy arrays in logical (row-major) order with the element type's numpy dtype,
+Python tuples for tuple shapes, and ``TOKEN`` for tokens. Nested computations (reducers,
+comparators, combiners) are evaluated by the same machinery on whole arrays: every
+elementwise handler broadcasts, so a scalar computation applied to arrays is vectorised.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..hlo.errors import HloError, HloUnsupportedError
+from ..hlo.ir import HloComputation, HloInstruction, HloModule
+from .numerics import dtype_of
+from .registry import OPS, TOKEN
+
+# Importing the families fills the table.
+from . import elementwise, shape_ops, reduction, gather_scatter, dot_conv, sort_ops, control_flow  # noqa: F401,E402
+
+
+class Evaluator:
+    """Evaluates computations of one module. ``seed`` enables rng ops (otherwise an error)."""
+
+    def __init__(self, module: HloModule | None = None, *, seed: int | None = None):
+        self.module = module
+        self.seed = seed
+        self.rng = np.random.default_rng(seed) if seed is not None else None
+
+    def evaluate(self, comp: HloComputation, args: Sequence[Any]) -> Any:
+        params = comp.parameters
+        if len(args) != len(params):
+            raise HloError(f"computation {comp.name} takes {len(params)} arguments, got {len(args)}")
+        env: dict[int, Any] = {}
+        for p, a in zip(params, args):
+            env[id(p)] = a
+        for inst in comp.instructions:
+            if inst.opcode == "parameter":
+                continue
+            fn = OPS.get(inst.opcode)
+            if fn is None:
+                raise HloUnsupportedError(f"the interpreter does not implement opcode '{inst.opcode}'",
+                                          inst.location)
+            operands = [env[id(o)] for o in inst.operands]
+            try:
+                env[id(inst)] = fn(self, inst, operands)
+            except HloError:
+                raise
+            except (ValueError, IndexError, TypeError, KeyError, NotImplementedError) as e:
+                raise HloUnsupportedError(f"evaluating {inst.opcode} '{inst.name}': {e}", inst.location) from e
+        return env[id(comp.root)]
+
+    def call(self, comp: HloComputation, *args: Any) -> Any:
+        """Apply ``comp`` to (possibly array-valued, broadcasting) arguments."""
+        return self.evaluate(comp, list(args))
+
+
+def coerce_argument(value: Any, shape) -> Any:
+    """An input value as the interpreter holds it: the parameter's numpy dtype (raw ``|V2``
+    bytes re-viewed), its dimensions; tuple parameters as nested tuples."""
+    if shape.is_tuple:
+        if not isinstance(value, (tuple, list)) or len(value) != len(shape.tuple_shapes):
+            raise HloError(f"expected a tuple of {len(shape.tuple_shapes)} values for {shape}")
+        return tuple(coerce_argument(v, s) for v, s in zip(value, shape.tuple_shapes))
+    if shape.is_token:
+        return TOKEN
+    dt = dtype_of(shape.element_type)
+    arr = np.asarray(value)
+    if arr.dtype != dt:
+        if arr.dtype.kind == "V" or (arr.dtype.itemsize == dt.itemsize and dt.kind not in "biufc"):
+            if arr.dtype.itemsize != dt.itemsize:
+                raise HloError(f"argument of {arr.dtype} cannot be viewed as {shape.element_type}")
+            arr = arr.view(dt)
+        else:
+            arr = arr.astype(dt)
+    if tuple(arr.shape) != tuple(shape.dimensions):
+        if arr.size == shape.element_count():
+            raise HloError(f"argument has shape {list(arr.shape)}, parameter is {shape}")
+        raise HloError(f"argument has shape {list(arr.shape)}, parameter is {shape}")
+    return arr
+
+
+def evaluate_module(module: HloModule, args: list, *, seed: int | None = None) -> Any:
+    """Evaluate the entry computation of ``module`` on ``args`` (logical numpy arrays in entry
+    parameter order, tuple parameters as nested tuples). Returns an array or nested tuple."""
+    params = module.entry.parameters
+    if len(args) != len(params):
+        raise HloError(f"module {module.name} takes {len(params)} arguments, got {len(args)}")
+    coerced = [coerce_argument(a, p.shape) for a, p in zip(args, params)]
+    ev = Evaluator(module, seed=seed)
+    with np.errstate(all="ignore"):
+        out = ev.evaluate(module.entry, coerced)
+    return _materialise(out)
+
+
+def _materialise(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return tuple(_materialise(x) for x in v)
+    if isinstance(v, np.ndarray):
+        return np.asarray(v, order="C")
+    if v is TOKEN:
+        return v
+    return np.asarray(v)
