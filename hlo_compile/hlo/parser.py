@@ -273,7 +273,9 @@ def _words(expected: set[str]) -> str:
 def _describe(tok: Token) -> str:
     if tok.type == "$END":
         return "end of input"
-    text = str(tok)
+    text = str(tok).strip()
+    if tok.type in ("INSTR_HEAD", "OPERANDS", "ATTRIBUTE"):  # coarse tokens: name the first word
+        text = re.split(r"[\s(]", text.lstrip(","). strip(), maxsplit=1)[0] or text[:1]
     if len(text) > 40:
         text = text[:37] + "..."
     return f"'{text}'"
@@ -460,6 +462,9 @@ class _ModuleBuilder:
     def check_opcode_attrs(self, opcode: str, attributes: dict[str, Attribute], operands: list[HloInstruction],
                            pos: int) -> None:
         """Attribute rules that depend on the opcode or the operands."""
+        labels = attributes.get("dim_labels")
+        if labels is not None and isinstance(labels.value, str) and opcode == "convolution":
+            raise self.error(f"convolution dimension numbers '{labels.raw}' may not contain '?'", pos)
         if "result_accuracy" in attributes and opcode not in _TRANSCENDENTAL:
             raise self.error(f"result_accuracy is only allowed on unary transcendental ops, not {opcode}", pos)
         if opcode == "conditional" and operands:
