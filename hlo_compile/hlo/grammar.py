@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from importlib import resources
+from pathlib import Path
 
 from lark import Lark
 
@@ -71,8 +71,18 @@ def placeholder_regexes() -> dict[str, str]:
     }
 
 
+def grammar_path() -> Path:
+    """``hlo_compile/grammars/hlo.lark`` in an installed wheel, ``grammars/hlo.lark`` in a checkout."""
+    package = Path(__file__).resolve().parents[1]
+    for candidate in (package / "grammars" / "hlo.lark", package.parent / "grammars" / "hlo.lark"):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"the HLO grammar hlo.lark is missing (looked in {package / 'grammars'} "
+                            f"and {package.parent / 'grammars'}); reinstall hlo-compile")
+
+
 def grammar_text() -> str:
-    text = resources.files("hlo_compile.grammars").joinpath("hlo.lark").read_text(encoding="utf-8")
+    text = grammar_path().read_text(encoding="utf-8")
     for name, regex in placeholder_regexes().items():
         text = text.replace(f"/@{name}@/", "/" + regex.replace("/", "\\/") + "/")
     return text
