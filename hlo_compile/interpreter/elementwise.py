@@ -149,7 +149,9 @@ def _binary(float_fn, int_fn=None):
     return handler
 
 
-def _int_div(a, b, et):
+def _int_div_parts(a, b, et):
+    """XLA's special cases of integer division: divisor zero, and (signed) INT_MIN / -1.
+    Returns (zero mask, overflow mask, safe divisor, truncated remainder)."""
     zero = b == 0
     if kind(et) == "signed":
         lo, _ = int_limits(et)
@@ -157,7 +159,11 @@ def _int_div(a, b, et):
     else:
         ovf = np.zeros(np.shape(zero), dtype=bool)
     sb = np.where(zero | ovf, np.ones((), a.dtype), b).astype(a.dtype)
-    r = np.fmod(a, sb)
+    return zero, ovf, sb, np.fmod(a, sb)
+
+
+def _int_div(a, b, et):
+    zero, ovf, sb, r = _int_div_parts(a, b, et)
     q = (a - r) // sb
     all_ones = np.array(-1).astype(a.dtype) if kind(et) == "signed" else np.array(np.iinfo(a.dtype).max, a.dtype)
     q = np.where(zero, all_ones, q)
@@ -167,14 +173,7 @@ def _int_div(a, b, et):
 
 
 def _int_rem(a, b, et):
-    zero = b == 0
-    if kind(et) == "signed":
-        lo, _ = int_limits(et)
-        ovf = (a == lo) & (b == -1)
-    else:
-        ovf = np.zeros(np.shape(zero), dtype=bool)
-    sb = np.where(zero | ovf, np.ones((), a.dtype), b).astype(a.dtype)
-    r = np.fmod(a, sb)
+    zero, ovf, _, r = _int_div_parts(a, b, et)
     r = np.where(zero, a, r)
     return np.where(ovf, np.zeros((), a.dtype), r)
 
