@@ -65,14 +65,8 @@ class HloUnsupportedError(HloError):
 
 
 def location_at(text: str, offset: int, filename: str) -> SourceLocation:
-    """The location of character ``offset`` in ``text``."""
-    offset = max(0, min(offset, len(text)))
-    line = text.count("\n", 0, offset) + 1
-    start = text.rfind("\n", 0, offset) + 1
-    end = text.find("\n", offset)
-    if end < 0:
-        end = len(text)
-    return SourceLocation(filename, line, offset - start + 1, text[start:end].rstrip("\r"))
+    """The location of character ``offset`` in ``text`` (one lookup; use LineIndex for many)."""
+    return LineIndex(text, filename).location(offset)
 
 
 class LineIndex:

@@ -578,8 +578,7 @@ class _ModuleBuilder:
         for inst in state.instructions:
             if inst.opcode == "parameter":
                 if inst.parameter_number in numbers:
-                    raise self.error(f"Duplicate parameter number {inst.parameter_number}",
-                                     self.pos_of(inst))
+                    raise HloParseError(f"Duplicate parameter number {inst.parameter_number}", inst.location)
                 numbers[inst.parameter_number] = inst
         if numbers and sorted(numbers) != list(range(len(numbers))):
             missing = min(set(range(len(numbers))) - set(numbers))
@@ -600,13 +599,6 @@ class _ModuleBuilder:
                                  f"root instruction {root.name}, {root.shape}", c.pos)
             # Like XLA, the declared parameter list is not checked against the parameters.
         return comp
-
-    def pos_of(self, inst: HloInstruction) -> int:
-        loc = inst.location
-        if loc is None:
-            return 0
-        lines = self.text.split("\n", loc.line - 1)
-        return sum(len(x) + 1 for x in lines[: loc.line - 1]) + loc.column - 1
 
     def build_module(self, result: tuple) -> HloModule:
         kind, payload = result
@@ -737,24 +729,13 @@ class _CompState:
 
 # ---- public API --------------------------------------------------------------------------
 
-def _parse_result(text: str, filename: str, start: str = "start") -> Any:
-    parser = build_parser(_Transformer)
-    try:
-        return parser.parse(text, start=start)
-    except UnexpectedInput as e:
-        raise _lark_error(e, text, filename) from None
-    except _PositionedError as e:
-        raise HloParseError(e.message, location_at(text, e.pos, filename)) from None
-    except RecursionError:
-        raise HloParseError("input is nested too deeply", location_at(text, 0, filename)) from None
-
-
 def parse_module(text: str, filename: str = "<string>", verify: bool = True) -> HloModule:
     """Parse HLO text (a module, header-less computations, or a single instruction)."""
-    result = _parse_result(text, filename)
-    builder = _ModuleBuilder(text, filename)
     try:
-        module = builder.build_module(result)
+        result = build_parser(_Transformer).parse(text, start="start")
+        module = _ModuleBuilder(text, filename).build_module(result)
+    except UnexpectedInput as e:
+        raise _lark_error(e, text, filename) from None
     except _PositionedError as e:
         raise HloParseError(e.message, location_at(text, e.pos, filename)) from None
     except RecursionError:

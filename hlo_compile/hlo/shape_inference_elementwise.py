@@ -288,22 +288,13 @@ def _bn_inference(opcode: str, shapes: list[Shape], attrs: dict[str, Any]) -> Sh
     return like(expect_array(shapes[0], "the operand"))
 
 
-@rule("batch-norm-training")
-def _bn_training(opcode: str, shapes: list[Shape], attrs: dict[str, Any]) -> Shape:
-    expect_count("batch-norm-training", shapes, 3)
+@rule("batch-norm-training", "batch-norm-grad")
+def _bn_with_statistics(opcode: str, shapes: list[Shape], attrs: dict[str, Any]) -> Shape:
+    """(result, per-feature statistic, per-feature statistic): training returns mean and
+    variance, grad returns the gradients of scale and offset."""
+    expect_count(opcode, shapes, 3 if opcode == "batch-norm-training" else 5)
     x = expect_array(shapes[0], "the operand")
-    fi = require(attrs, "feature_index", "batch-norm-training")
-    if not 0 <= fi < x.rank:
-        raise ShapeInferenceError(f"feature_index {fi} is out of range for {human(x)}")
-    stat = array(x.element_type, (x.dimensions[fi],))
-    return Shape.tuple_of([like(x), stat, stat])
-
-
-@rule("batch-norm-grad")
-def _bn_grad(opcode: str, shapes: list[Shape], attrs: dict[str, Any]) -> Shape:
-    expect_count("batch-norm-grad", shapes, 5)
-    x = expect_array(shapes[0], "the operand")
-    fi = require(attrs, "feature_index", "batch-norm-grad")
+    fi = require(attrs, "feature_index", opcode)
     if not 0 <= fi < x.rank:
         raise ShapeInferenceError(f"feature_index {fi} is out of range for {human(x)}")
     stat = array(x.element_type, (x.dimensions[fi],))

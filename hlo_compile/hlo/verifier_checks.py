@@ -70,10 +70,7 @@ def _is_scalar(shape: Shape) -> bool:
 def _reshape(inst: HloInstruction) -> None:
     src, dst = inst.operands[0].shape, inst.shape
     _expect_array_of_type(inst, src.element_type)
-    a, b = _elements(dst), _elements(src)
-    if a is not None and b is not None and a != b:
-        raise VerifyProblem(f"reshape expects the same number of elements in result shape {text(dst)} and "
-                            f"operand shape {text(src)}")
+    _expect_same_element_count(src, dst, "reshape ")
 
 
 @check("dynamic-reshape")
@@ -86,10 +83,15 @@ def _dynamic_reshape(inst: HloInstruction) -> None:
     for s in sizes:
         if not _is_scalar(s.shape) or kind(s.shape.element_type) not in ("signed", "unsigned"):
             raise VerifyProblem(f"dim size operand {s.name} must be an integer scalar, got {text(s.shape)}")
+    _expect_same_element_count(src, dst)
+
+
+def _expect_same_element_count(src, dst, prefix: str = "") -> None:
+    """XLA's message for a reshape whose result and operand hold different element counts."""
     a, b = _elements(dst), _elements(src)
     if a is not None and b is not None and a != b:
-        raise VerifyProblem(f"expects the same number of elements in result shape {text(dst)} and operand "
-                            f"shape {text(src)}")
+        raise VerifyProblem(f"{prefix}expects the same number of elements in result shape {text(dst)} and "
+                            f"operand shape {text(src)}")
 
 
 @check("broadcast")
