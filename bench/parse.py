@@ -6,7 +6,10 @@ benchmark file (and of the JAX corpus modules) is copied with renamed computatio
 text is at least --min-mb megabytes. With jax installed, ../shared/tools/xla_ref.py
 parse-time times XLA's parser on the same file, and the ratio is reported.
 
-    python bench/parse.py [--min-mb 5] [--repeat 3] [--mutations 3000] [--json out.json]
+    python bench/parse.py [--min-mb 5] [--repeat 3] [--mutations 3000] [--lark-only] [--json out.json]
+
+--lark-only times the Lark grammar alone (no hand-written fast path), as
+HLO_COMPILE_LARK_ONLY=1 does.
 """
 from __future__ import annotations
 
@@ -55,12 +58,12 @@ def build_large_module(corpus: Path, min_bytes: int) -> str:
     return text[:head.start()] + "ENTRY " + text[head.start():]
 
 
-def time_ours(text: str, repeat: int, verify: bool) -> list[float]:
+def time_ours(text: str, repeat: int, verify: bool, fast_path: bool = True) -> list[float]:
     hlo_compile.parse_module("ENTRY e { ROOT c = f32[] constant(0) }")  # build the parser first
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        hlo_compile.parse_module(text, "large.hlo", verify=verify)
+        hlo_compile.parse_module(text, "large.hlo", verify=verify, fast_path=fast_path)
         times.append(time.perf_counter() - t0)
     return times
 
@@ -94,6 +97,7 @@ def main() -> int:
     ap.add_argument("--min-mb", type=float, default=5.0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--mutations", type=int, default=3000)
+    ap.add_argument("--lark-only", action="store_true", help="time the Lark grammar without the fast path")
     ap.add_argument("--json", type=Path, default=None)
     ns = ap.parse_args()
     if not ns.corpus.is_dir():
@@ -104,21 +108,26 @@ def main() -> int:
     with tempfile.NamedTemporaryFile("w", suffix=".hlo", delete=False) as f:
         f.write(text)
         path = Path(f.name)
-    parse_only = time_ours(text, ns.repeat, verify=False)
-    with_verify = time_ours(text, ns.repeat, verify=True)
+    parse_only = time_ours(text, ns.repeat, verify=False, fast_path=not ns.lark_only)
+    with_verify = time_ours(text, ns.repeat, verify=True, fast_path=not ns.lark_only)
     xla = time_xla(path, ns.repeat)
     result = {
         "file_mb": round(mb, 2),
+        "path": "lark" if ns.lark_only else "fast path, lark fallback",
         "parse_mb_s_best": round(mb / min(parse_only), 3),
         "parse_mb_s_median": round(mb / statistics.median(parse_only), 3),
         "parse_and_verify_mb_s_best": round(mb / min(with_verify), 3),
+        "parse_and_verify_mb_s_median": round(mb / statistics.median(with_verify), 3),
         "xla_mb_s_best": xla,
         "ratio_to_xla": round((mb / min(parse_only)) / xla, 4) if xla else None,
         "mutations": mutation_run(ns.corpus, ns.mutations) if ns.mutations else None,
     }
     print(f"module: {mb:.2f} MB")
-    print(f"hlo_compile parse: best {result['parse_mb_s_best']} MB/s, median {result['parse_mb_s_median']} MB/s; "
-          f"with verifier: best {result['parse_and_verify_mb_s_best']} MB/s")
+    which = " (Lark only)" if ns.lark_only else ""
+    print(f"hlo_compile parse{which}: best {result['parse_mb_s_best']} MB/s, "
+          f"median {result['parse_mb_s_median']} MB/s; "
+          f"with verifier: best {result['parse_and_verify_mb_s_best']} MB/s, "
+          f"median {result['parse_and_verify_mb_s_median']} MB/s")
     print(f"XLA C++ parser: {xla} MB/s, ratio {result['ratio_to_xla']}" if xla else
           "XLA C++ parser: jax not installed (pip install jax==0.10.2 to compare)")
     if result["mutations"]:

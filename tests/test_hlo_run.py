@@ -65,10 +65,19 @@ def test_bad_inputs_exit_2(hlo_file, tmp_path):
     assert r.exit_code == 2 and "Traceback" not in r.output and "error" in r.output
 
 
-@pytest.mark.parametrize("platform", ["host", "cuda"])
-def test_other_platforms_not_available(hlo_file, platform):
-    r = _invoke(hlo_file, f"--platform={platform}")
-    assert r.exit_code == 2 and "not available yet" in r.output
+def test_host_platform_matches_interpreter(hlo_file):
+    r = _invoke(hlo_file, "--platform=host")
+    assert r.exit_code == 0, r.output
+    assert "results match the interpreter reference" in r.output
+
+
+def test_cuda_platform_without_gpu_is_a_clear_error(hlo_file):
+    from hlo_compile.runtime.cuda import available
+    if available()[0]:
+        pytest.skip("a CUDA device is present: the GPU tests cover this platform")
+    r = _invoke(hlo_file, "--platform=cuda")
+    assert r.exit_code == 2 and "platform 'cuda' is not available here" in r.output
+    assert "Traceback" not in r.output
 
 
 def test_unsupported_feature_exit_2(tmp_path):
@@ -119,12 +128,16 @@ def test_compare_mismatch_report_and_nan_positions():
 
 def test_mismatch_exit_1(monkeypatch, hlo_file):
     import hlo_compile.cli.run as run_mod
-    real = run_mod._run_platform
+    real = run_mod._runner
 
-    def skewed(platform, module, args, seed):
-        out = real("interpreter", module, args, seed)
-        return ((out[0] + 1).astype(np.float32),) + out[1:]
-    monkeypatch.setattr(run_mod, "_run_platform", skewed)
+    def skewed(platform, module, seed):
+        run = real("interpreter", module, seed)
+
+        def wrong(args):
+            out = run(args)
+            return ((out[0] + 1).astype(np.float32),) + out[1:]
+        return wrong
+    monkeypatch.setattr(run_mod, "_runner", skewed)
     # pretend the platform under test is another one so the reference runs
     r = CliRunner().invoke(main, [str(hlo_file), "--platform=interpreter", "--reference=interpreter"])
     assert r.exit_code == 0  # the interpreter is its own reference: nothing to compare

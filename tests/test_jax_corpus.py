@@ -35,12 +35,14 @@ def _cases() -> list:
     return out
 
 
-def run_case(case_dir: Path, hlo_name: str) -> compare.Comparison:
+def run_case(case_dir: Path, hlo_name: str, run=None) -> compare.Comparison:
+    """The case's module run by ``run(module, args)`` (default: the interpreter) compared
+    with XLA's outputs within the case's tolerances."""
     info = json.loads((case_dir / "case.json").read_text())
     path = case_dir / hlo_name
     module = hlo_compile.parse_module(path.read_text(), str(path))
     args = literals.load_inputs(case_dir / "inputs.npz", module)
-    leaves = literals.flatten(evaluate_module(module, args))
+    leaves = literals.flatten((run or evaluate_module)(module, args))
     stride = info.get("output_sample_stride")
     if stride:
         leaves = [np.asarray(a).reshape(-1)[::stride] for a in leaves]

@@ -23,11 +23,14 @@ class _Failure(Exception):
         self.code = code
 
 
-def _run_platform(platform: str, module, args, seed):
+def _runner(platform: str, module, seed):
+    """A function running ``module`` on ``platform`` (compiled once, run many times)."""
     if platform == "interpreter":
         from ..interpreter import evaluate_module
-        return evaluate_module(module, args, seed=seed)
-    raise _Failure(f"platform '{platform}' is not available yet (only 'interpreter' is implemented)")
+        return lambda args: evaluate_module(module, args, seed=seed)
+    from ..runtime.executable import compile_executable
+    exe = compile_executable(module, platform)
+    return exe.run
 
 
 def _is_own_reference(platform: str, reference: str) -> bool:
@@ -54,9 +57,10 @@ def _run_one(module, *, platform, reference, input_literals, output_literals, se
         _print_literals("arg", literals.flatten(args))
     result = None
     times = []
+    run = _runner(platform, module, seed)
     for _ in range(max(1, iterations)):
         t0 = time.perf_counter()
-        result = _run_platform(platform, module, args, seed)
+        result = run(args)
         times.append(time.perf_counter() - t0)
     leaves = literals.flatten(result)
     if iterations > 1:
@@ -109,8 +113,6 @@ def main(file, platform, reference, input_literals, output_literals, seed, itera
             text = Path(file).read_text()
         except OSError as e:
             raise _Failure(f"cannot read {file}: {e.strerror or e}") from None
-        if platform != "interpreter":
-            _run_platform(platform, None, None, seed)
         modules = parse_modules(text, file) if split_input_file else [parse_module(text, file)]
         status = EXIT_OK
         for i, module in enumerate(modules):

@@ -6,7 +6,7 @@ and the named properties below.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Sequence
 
 from .attributes import (Attribute, ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers,
@@ -213,3 +213,44 @@ class HloModule:
 
     def __str__(self) -> str:
         return self.to_text()
+
+
+def clone_module(module: HloModule) -> HloModule:
+    """A copy of ``module`` that rewrites may change freely (shapes, literals and attribute
+    values other than computations are immutable and shared). Iterative, so very long
+    instruction chains do not hit Python's recursion limit as ``copy.deepcopy`` does."""
+    comp_map: dict[int, HloComputation] = {}
+    inst_map: dict[int, HloInstruction] = {}
+    pending_attrs: list[HloInstruction] = []
+    new_comps: list[HloComputation] = []
+    for comp in module.computations:
+        insts = []
+        for i in comp.instructions:
+            c = HloInstruction(i.name, i.opcode, i.shape, [inst_map[id(o)] for o in i.operands], i.attributes,
+                               literal_text=i.literal_text, parameter_number=i.parameter_number,
+                               location=i.location)
+            c._literal = i._literal
+            c.declared_operand_shapes = list(i.declared_operand_shapes)
+            inst_map[id(i)] = c
+            insts.append(c)
+            pending_attrs.append(c)
+        nc = HloComputation(comp.name, insts, inst_map[id(comp.root)], is_entry=comp.is_entry,
+                            has_signature=comp.has_signature, attributes=comp.attributes, location=comp.location)
+        comp_map[id(comp)] = nc
+        new_comps.append(nc)
+
+    def remap(v: Any) -> Any:
+        if isinstance(v, HloComputation):
+            return comp_map.get(id(v), v)
+        if isinstance(v, tuple) and v and all(isinstance(c, HloComputation) for c in v):
+            return tuple(comp_map.get(id(c), c) for c in v)
+        if isinstance(v, HloInstruction):
+            return inst_map.get(id(v), v)
+        if isinstance(v, (list, tuple)) and v and all(isinstance(c, HloInstruction) for c in v):
+            return type(v)(inst_map.get(id(c), c) for c in v)
+        return v
+    for inst in pending_attrs:
+        inst.attributes = {k: (replace(a, value=remap(a.value)) if remap(a.value) is not a.value else a)
+                           for k, a in inst.attributes.items()}
+    entry = comp_map[id(module.entry)]
+    return HloModule(module.name, new_comps, entry, dict(module.attributes), module.stack_frames, module.has_header)

@@ -1,14 +1,19 @@
 """HLO text → IR.
 
 Lark (LALR, contextual lexer, grammar in ``grammars/hlo.lark``) runs the transformer below
-while it parses, so no parse tree is built: rules turn straight into small records. A second
-pass (``_ModuleBuilder``) resolves names, computations and shapes and builds the IR, raising
-``HloParseError`` with a location for every problem.
+while it parses, so no parse tree is built: rules turn straight into small records
+(``records.py``). In front of it, a hand-written fast path (``fast_path.py``) reads common
+modules into the very same records, or declines and leaves the text to Lark, so every syntax
+error still comes from the grammar. A second pass (``_ModuleBuilder``) resolves names,
+computations and shapes and builds the IR, raising ``HloParseError`` with a location for
+every problem.
 """
 from __future__ import annotations
 
+import functools
+import gc
+import os
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from lark import Token, Transformer
@@ -19,12 +24,15 @@ from .async_checks import check_async
 from .allowed_attributes import REQUIRED_ATTRIBUTES, allowed_attributes
 from .attributes import Attribute
 from .errors import HloParseError, HloVerifyError, LineIndex, location_at
+from .fast_path import FastPath
 from .grammar import build_parser
 from .ir import HloComputation, HloInstruction, HloModule
 from .literal import LiteralError, parse_literal
 from .opcodes import ASYNC_SUGAR_EXCLUDED, OPCODES
+from . import records
+from .records import Body, Comp, Instr, Operand, PositionedError, RawAttr
 from .shape import Shape
-from .shape_text import ShapeError, parse_array_shape, parse_shape_text
+from .shape_text import ShapeError, parse_shape_text
 from .element_types import ELEMENT_TYPES, TYPE_ALIASES
 
 
@@ -33,106 +41,22 @@ _TRANSCENDENTAL = frozenset({"exponential", "exponential-minus-one", "log", "log
                              "asinh", "atanh", "cosh", "sinh"})
 
 
-class _PositionedError(Exception):
-    def __init__(self, message: str, pos: int):
-        super().__init__(message)
-        self.message = message
-        self.pos = pos
-
-
-# ---- records produced while parsing ------------------------------------------------------
-
-@dataclass
-class _Attr:
-    name: str
-    start: int  # offset of the value's first character
-    end: int
-    name_pos: int
-    raw: str = ""
-
-
-@dataclass
-class _Call:
-    opcode: str
-    pos: int
-    operands: list
-    constant_text: str | None = None
-
-
-@dataclass
-class _Body:
-    shape: Shape | None
-    call: _Call
-    attrs: list[_Attr]
-    pos: int
-
-
-@dataclass
-class _Operand:
-    kind: str  # "ref" | "int" | "shape" | "nested"
-    pos: int
-    name: str = ""
-    shape: Shape | None = None
-    body: _Body | None = None
-    value: int = 0
-
-
-@dataclass
-class _Instr:
-    is_root: bool
-    name: str
-    pos: int
-    body: _Body
-
-
-@dataclass
-class _Comp:
-    is_entry: bool
-    name: str
-    pos: int
-    signature: tuple | None
-    instrs: list[_Instr]
-    attrs: list[_Attr] = field(default_factory=list)
-
-
-def _shape_from_token(tok: Token) -> Shape:
-    try:
-        return parse_array_shape(str(tok))
-    except ShapeError as e:
-        raise _PositionedError(str(e), tok.start_pos) from None
-
-
-_TYPED_OPERAND = re.compile(r"(.*?[\]}])\s+(%?\S+)$", re.S)
-_ATTRIBUTE_NAME = re.compile(r"\s*,\s*([A-Za-z_][A-Za-z0-9_.\-]*)=\s*")
-_PLAIN_OPERAND = re.compile(r"(?:/\*.*?\*/\s*)?(?:([a-z][a-z0-9_]*\[[^\]]*\](?:\{[^{}]*\})?)\s+)?%?"
-                            r"([A-Za-z_][A-Za-z0-9_.\-]*(?:#-?[A-Za-z0-9_]+)*)", re.S)
-_INSTR_HEAD = re.compile(r"\s*(ROOT\s+)?%?([A-Za-z_][A-Za-z0-9_.\-]*(?:#-?[A-Za-z0-9_]+)*)\s*=\s*"
-                         r"(\S+?\[[^\]]*\](?:\{[^{}]*\})?)\s*([a-z][a-z0-9\-]*)\(", re.S)
-
-
-def _attribute(tok: Token) -> _Attr:
-    m = _ATTRIBUTE_NAME.match(tok)
-    return _Attr(m.group(1), tok.start_pos + m.end(), tok.end_pos, tok.start_pos + m.start(1), str(tok)[m.end():])
-
-
 def _operands(item: Any) -> list:
     """The operands of a call: a list from the general rules, or one OPERANDS token."""
     if not isinstance(item, Token):
         return item
-    base = item.start_pos
-    out = []
-    for m in _PLAIN_OPERAND.finditer(item):
-        shape_text = m.group(1)
-        shape = _shape_from_token(Token("SHAPE", shape_text, base + m.start(1))) if shape_text else None
-        out.append(_Operand("ref", base + m.start(2), name=m.group(2), shape=shape))
-    return out
+    return records.plain_operands(str(item), item.start_pos)
+
+
+def _attrs(tokens: list) -> list[RawAttr]:
+    return [records.attribute(str(a), a.start_pos) for a in tokens]
 
 
 class _Transformer(Transformer):
     """Callbacks run by the LALR parser as each rule is reduced."""
 
     def shape(self, c):
-        return _shape_from_token(c[0])
+        return records.array_shape(str(c[0]), c[0].start_pos)
 
     def tuple_shape(self, c):
         return Shape.tuple_of(c)
@@ -142,19 +66,14 @@ class _Transformer(Transformer):
 
     def opcall(self, c):
         tok = c[0]
-        return _Call(str(tok)[:-1].strip(), tok.start_pos, _operands(c[1]))
+        return records.opcall(str(tok), tok.start_pos, _operands(c[1]))
 
     def operand_list(self, c):
         return c
 
     def fast_instruction(self, c):
         tok = c[0]
-        m = _INSTR_HEAD.match(tok)
-        shape = _shape_from_token(Token("SHAPE", m.group(3), tok.start_pos + m.start(3)))
-        pos = tok.start_pos + m.start(4)
-        call = _Call(m.group(4), pos, _operands(c[1]))
-        return _Instr(bool(m.group(1)), m.group(2), tok.start_pos + m.start(2),
-                      _Body(shape, call, [_attribute(a) for a in c[2:]], pos))
+        return records.head_instruction(str(tok), tok.start_pos, _operands(c[1]), _attrs(c[2:]))
 
     def instruction_body(self, c):
         shape = None
@@ -164,42 +83,37 @@ class _Transformer(Transformer):
             i = 1
         call = c[i]
         if isinstance(call, Token):  # CONSTANT
-            text = str(call)
-            inner = text[text.index("(") + 1:-1]
-            call = _Call("constant", call.start_pos, [], inner)
-        return _Body(shape, call, [_attribute(a) for a in c[i + 1:]], call.pos)
+            call = records.constant_call(str(call), call.start_pos)
+        return Body(shape, call, _attrs(c[i + 1:]), call.pos)
 
     def operand(self, c):
         if len(c) == 1 and isinstance(c[0], Token):
             tok = c[0]
             if tok.type == "TYPED_OPERAND":
-                m = _TYPED_OPERAND.match(str(tok))
-                shape = _shape_from_token(Token("SHAPE", m.group(1), tok.start_pos))
-                return _Operand("ref", tok.start_pos + m.start(2), name=m.group(2).lstrip("%"), shape=shape)
+                return records.typed_operand(str(tok), tok.start_pos)
             if tok.type == "NAME":
-                return _Operand("ref", tok.start_pos, name=str(tok).lstrip("%"))
-            return _Operand("int", tok.start_pos, value=int(tok)) if re.fullmatch(r"-?\d+", tok) else \
-                _Operand("ref", tok.start_pos, name=str(tok))
+                return records.name_operand(str(tok), tok.start_pos)
+            return Operand("int", tok.start_pos, value=int(tok)) if re.fullmatch(r"-?\d+", tok) else \
+                Operand("ref", tok.start_pos, name=str(tok))
         if len(c) == 1:  # a shape alone (single-instruction form)
-            return _Operand("shape", -1, shape=c[0])
-        return _Operand("ref", c[1].start_pos, name=str(c[1]).lstrip("%"), shape=c[0])
+            return Operand("shape", -1, shape=c[0])
+        return Operand("ref", c[1].start_pos, name=str(c[1]).lstrip("%"), shape=c[0])
 
     def nested_operand(self, c):
         shape = c[0] if isinstance(c[0], Shape) else None
         call = c[-1]
-        return _Operand("nested", call.pos, body=_Body(shape, call, [], call.pos))
+        return Operand("nested", call.pos, body=Body(shape, call, [], call.pos))
 
     def nested_constant(self, c):
         shape = c[0] if isinstance(c[0], Shape) else None
         tok = c[-1]
-        text = str(tok)
-        call = _Call("constant", tok.start_pos, [], text[text.index("(") + 1:-1])
-        return _Operand("nested", tok.start_pos, body=_Body(shape, call, [], tok.start_pos))
+        call = records.constant_call(str(tok), tok.start_pos)
+        return Operand("nested", tok.start_pos, body=Body(shape, call, [], tok.start_pos))
 
     def instruction(self, c):
         is_root = isinstance(c[0], Token) and c[0].type == "ROOT"
         name_tok = c[1] if is_root else c[0]
-        return _Instr(is_root, str(name_tok).lstrip("%"), name_tok.start_pos, c[-1])
+        return Instr(is_root, str(name_tok).lstrip("%"), name_tok.start_pos, c[-1])
 
     def param(self, c):
         return (str(c[0])[:-1].lstrip("%"), c[1], c[0].start_pos)
@@ -218,9 +132,9 @@ class _Transformer(Transformer):
         if i < len(c) and isinstance(c[i], tuple):
             sig = c[i]
             i += 1
-        instrs = [x for x in c[i:] if isinstance(x, _Instr)]
-        attrs = [_attribute(x) for x in c[i:] if isinstance(x, Token) and x.type == "ATTRIBUTE"]
-        return _Comp(is_entry, str(name_tok).lstrip("%"), name_tok.start_pos, sig, instrs, attrs)
+        instrs = [x for x in c[i:] if isinstance(x, Instr)]
+        attrs = _attrs([x for x in c[i:] if isinstance(x, Token) and x.type == "ATTRIBUTE"])
+        return Comp(is_entry, str(name_tok).lstrip("%"), name_tok.start_pos, sig, instrs, attrs)
 
     def computation_body(self, c):
         return c
@@ -229,7 +143,7 @@ class _Transformer(Transformer):
         return c[0]
 
     def module_header(self, c):
-        return ("header", c[0], [_attribute(a) for a in c[1:]])
+        return ("header", c[0], _attrs(c[1:]))
 
     def stack_frames(self, c):
         return ("frames", str(c[0]))
@@ -322,10 +236,10 @@ class _ModuleBuilder:
         return cls(message, self.lines.location(pos))
 
     # -- attributes ---------------------------------------------------------------------
-    def attr_raw(self, a: _Attr) -> str:
+    def attr_raw(self, a: RawAttr) -> str:
         return a.raw or self.text[a.start:a.end]
 
-    def decode_attrs(self, raw_attrs: list[_Attr], opcode: str | None, scope: dict | None) -> dict[str, Attribute]:
+    def decode_attrs(self, raw_attrs: list[RawAttr], opcode: str | None, scope: dict | None) -> dict[str, Attribute]:
         out: dict[str, Attribute] = {}
         allowed = allowed_attributes(opcode) if opcode else None
         for a in raw_attrs:
@@ -342,7 +256,7 @@ class _ModuleBuilder:
             out[a.name] = Attribute(a.name, raw, value)
         return out
 
-    def resolve_attr(self, a: _Attr, value: Any, scope: dict | None) -> Any:
+    def resolve_attr(self, a: RawAttr, value: Any, scope: dict | None) -> Any:
         if a.name in attrs_mod.COMPUTATION_ATTRS:
             if isinstance(value, str) and value.startswith("{"):
                 return self.inline_computation(a)
@@ -373,7 +287,7 @@ class _ModuleBuilder:
             raise self.error(f"computation does not exist: {name}", pos)
         return comp
 
-    def inline_computation(self, a: _Attr, start: int | None = None, end: int | None = None) -> HloComputation:
+    def inline_computation(self, a: RawAttr, start: int | None = None, end: int | None = None) -> HloComputation:
         """Parse ``{ ... }`` at text[start:end] as an anonymous computation. The text before it
         is blanked (newlines kept) so that offsets, lines and columns match the file."""
         start = a.start if start is None else start
@@ -385,11 +299,11 @@ class _ModuleBuilder:
         except UnexpectedInput as e:
             raise _lark_error(e, self.text, self.filename) from None
         name = f"{a.name}.inline.{start}"
-        comp = self.build_computation(_Comp(False, name, start, None, instrs))
+        comp = self.build_computation(Comp(False, name, start, None, instrs))
         comp.attributes["inline"] = Attribute("inline", "true", True)
         return comp
 
-    def inline_computation_list(self, a: _Attr) -> tuple[HloComputation, ...]:
+    def inline_computation_list(self, a: RawAttr) -> tuple[HloComputation, ...]:
         """``{{...}, {...}}``: a list of inline computations."""
         out = []
         depth = 0
@@ -411,7 +325,7 @@ class _ModuleBuilder:
         if name in ELEMENT_TYPES or name in TYPE_ALIASES:
             raise self.error(f"expects name, but '{name}' is an element type and cannot name an instruction", pos)
 
-    def build_instruction(self, name: str, body: _Body, comp: "_CompState", is_top: bool = True) -> HloInstruction:
+    def build_instruction(self, name: str, body: Body, comp: "_CompState", is_top: bool = True) -> HloInstruction:
         call = body.call
         opcode = call.opcode
         self.check_opcode(opcode, call.pos)
@@ -448,7 +362,7 @@ class _ModuleBuilder:
                               location=self.lines.location(body.pos if not is_top else comp.name_pos))
         inst.declared_operand_shapes = declared
         for i, (op, d) in enumerate(zip(operands, declared)):
-            if d is not None and not d.compatible(op.shape):
+            if d is not None and d is not op.shape and not d.compatible(op.shape):  # shapes are memoized
                 raise self.error(f"The declared operand shape {d} is not compatible with the shape of the "
                                  f"operand instruction {op.shape}.", call.pos)
         if opcode == "constant":
@@ -505,7 +419,7 @@ class _ModuleBuilder:
         except ShapeInferenceError as e:
             raise self.error(f"cannot infer the shape of {opcode}: {e}; write the shape", pos) from None
 
-    def resolve_operand(self, op: _Operand, comp: "_CompState") -> tuple[HloInstruction, Shape | None]:
+    def resolve_operand(self, op: Operand, comp: "_CompState") -> tuple[HloInstruction, Shape | None]:
         if op.kind == "nested":
             nested_name = comp.fresh_name(op.body.call.opcode + ".anon")
             inst = self.build_instruction(nested_name, op.body, comp, is_top=False)
@@ -527,7 +441,7 @@ class _ModuleBuilder:
                 raise self.error(f"instruction does not exist: {name}", op.pos)
         return inst, op.shape
 
-    def compact_gte(self, name: str, op: _Operand, comp: "_CompState") -> HloInstruction:
+    def compact_gte(self, name: str, op: Operand, comp: "_CompState") -> HloInstruction:
         base, *indices = name.split("#")
         inst = comp.names.get(base)
         if inst is None:
@@ -555,7 +469,7 @@ class _ModuleBuilder:
         return inst
 
     # -- computations -------------------------------------------------------------------
-    def build_computation(self, c: _Comp, single: bool = False) -> HloComputation:
+    def build_computation(self, c: Comp, single: bool = False) -> HloComputation:
         state = _CompState(c.name, c.pos, single)
         state.reserved = {ri.name for ri in c.instrs}
         root = None
@@ -606,9 +520,9 @@ class _ModuleBuilder:
             return self.build_single(payload)
         header = None
         frames = ""
-        comps: list[_Comp] = []
+        comps: list[Comp] = []
         for item in payload:
-            if isinstance(item, _Comp):
+            if isinstance(item, Comp):
                 comps.append(item)
             elif item[0] == "header":
                 header = item
@@ -650,7 +564,7 @@ class _ModuleBuilder:
                         stack.append(sub)
         return out
 
-    def check_entry_layout(self, module: HloModule, raw_attrs: list[_Attr]) -> None:
+    def check_entry_layout(self, module: HloModule, raw_attrs: list[RawAttr]) -> None:
         attr = module.attributes.get("entry_computation_layout")
         if attr is None:
             return
@@ -679,12 +593,12 @@ class _ModuleBuilder:
         attr.value = (params.tuple_shapes, result)
 
     def build_single(self, payload: Any) -> HloModule:
-        if isinstance(payload, _Instr):
+        if isinstance(payload, Instr):
             name, body, pos = payload.name, payload.body, payload.pos
         else:
             body = payload
             name, pos = body.call.opcode, body.pos
-        c = _Comp(True, "", pos, None, [_Instr(True, name, pos, body)])
+        c = Comp(True, "", pos, None, [Instr(True, name, pos, body)])
         comp = self.build_computation(c, single=True)
         comp.name = f"{comp.root.opcode}.computation" if not comp.name else comp.name
         comp.is_entry = True
@@ -729,14 +643,49 @@ class _CompState:
 
 # ---- public API --------------------------------------------------------------------------
 
-def parse_module(text: str, filename: str = "<string>", verify: bool = True) -> HloModule:
-    """Parse HLO text (a module, header-less computations, or a single instruction)."""
+LARK_ONLY_ENV = "HLO_COMPILE_LARK_ONLY"
+
+
+@functools.lru_cache(maxsize=None)
+def _fast_path() -> FastPath:
+    return FastPath(build_parser(_Transformer))
+
+
+def _use_fast_path(fast_path: bool | None) -> bool:
+    if fast_path is not None:
+        return fast_path
+    return os.environ.get(LARK_ONLY_ENV, "") in ("", "0")
+
+
+def parse_module(text: str, filename: str = "<string>", verify: bool = True, *,
+                 fast_path: bool | None = None) -> HloModule:
+    """Parse HLO text (a module, header-less computations, or a single instruction).
+
+    Common modules are read by a hand-written fast path (``fast_path.py``) that gives exactly
+    the Lark parser's result or declines, and then Lark parses. ``fast_path=False``, or the
+    environment variable ``HLO_COMPILE_LARK_ONLY=1`` when ``fast_path`` is None, parses with
+    Lark only (tests compare the two).
+    """
+    # Parsing allocates a few objects per character and frees almost none: the cyclic
+    # collector would rescan the growing module over and over, for nothing. Pause it.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
     try:
-        result = build_parser(_Transformer).parse(text, start="start")
+        return _parse_module(text, filename, verify, _use_fast_path(fast_path))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _parse_module(text: str, filename: str, verify: bool, fast: bool) -> HloModule:
+    try:
+        result = _fast_path().parse(text) if fast else None
+        if result is None:
+            result = build_parser(_Transformer).parse(text, start="start")
         module = _ModuleBuilder(text, filename).build_module(result)
     except UnexpectedInput as e:
         raise _lark_error(e, text, filename) from None
-    except _PositionedError as e:
+    except PositionedError as e:
         raise HloParseError(e.message, location_at(text, e.pos, filename)) from None
     except RecursionError:
         raise HloParseError("input is nested too deeply", location_at(text, 0, filename)) from None
@@ -749,9 +698,11 @@ def parse_module(text: str, filename: str = "<string>", verify: bool = True) -> 
 _SPLIT = re.compile(r"^// -----[ \t]*$", re.M)
 
 
-def parse_modules(text: str, filename: str = "<string>", verify: bool = True) -> list[HloModule]:
+def parse_modules(text: str, filename: str = "<string>", verify: bool = True, *,
+                  fast_path: bool | None = None) -> list[HloModule]:
     """Parse a file holding several modules separated by ``// -----`` lines (hlo-opt's
-    ``--split-input-file``). Locations refer to lines of the whole file."""
+    ``--split-input-file``). Locations refer to lines of the whole file. ``fast_path`` as for
+    ``parse_module``."""
     modules = []
     start = 0
     pieces = []
@@ -765,7 +716,7 @@ def parse_modules(text: str, filename: str = "<string>", verify: bool = True) ->
             continue
         prefix = text[:a]
         padded = re.sub(r"[^\n]", " ", prefix) + chunk  # keep offsets: lines and columns match the file
-        modules.append(parse_module(padded, filename, verify))
+        modules.append(parse_module(padded, filename, verify, fast_path=fast_path))
     return modules
 
 

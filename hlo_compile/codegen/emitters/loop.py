@@ -1,0 +1,145 @@
+"""The loop emitter: one thread computes ``unroll`` consecutive output elements.
+
+The kernel evaluates the thread→output indexing map (XLA's default work-item map, built in
+``codegen/launch.py``) at the thread's ids for every value of the unroll symbol, calls the
+root subgraph's function at each output index and stores every fusion output at its physical
+offset. All values are computed before any store, so the loads of one thread's elements sit
+together and LLVM's load/store vectorizer can merge them into vector loads.
+
+Bounds: when the element count is a multiple of the unroll factor, a thread's elements are
+either all in range or all out of it, so one check (the constraint at unroll index 0) guards
+them all; otherwise every element checks its own linear index.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Sequence
+
+from llvmlite import ir
+
+from ...hlo import HloInstruction
+from ...indexing import affine as A
+from ...indexing.indexing_map import IndexingMap
+from ..affine_emitter import AffineEmitter
+from ..fused_emitter import FusedEmitter, to_storage
+from ..kernel_builder import KernelBuilder
+from ..llvm_types import storage_type
+from ..partitioner import PartitionedComputation, fusion_roots
+from ..target import KernelParam, LaunchDims, Target
+
+
+@dataclass(frozen=True)
+class LoopKernelSpec:
+    """Everything the loop emitter needs to build one kernel."""
+
+    kernel_name: str
+    fusion: HloInstruction
+    partitioned: PartitionedComputation
+    thread_map: IndexingMap        # (th_x, th_y, th_z, bl_x, bl_y, bl_z)[symbols] -> output index
+    root_maps: dict                # root name -> its own thread map (roots of other dims)
+    launch: LaunchDims
+    unroll: int
+    index_type: ir.IntType
+
+    @property
+    def params(self) -> list[KernelParam]:
+        comp = self.fusion.fused_computation
+        ins = [KernelParam(f"in{i}.{p.name}") for i, p in enumerate(comp.parameters)]
+        outs = [KernelParam(f"out{i}.{r.name}", readonly=False) for i, (r, _) in enumerate(output_leaves(self.fusion))]
+        return ins + outs
+
+
+def output_leaves(fusion: HloInstruction) -> list[tuple[HloInstruction, object]]:
+    """(root, array shape) for each output buffer of the fusion, depth-first (a tuple-shaped
+    root such as a variadic reduce gives one buffer per element)."""
+    out = []
+    for r in fusion_roots(fusion.fused_computation):
+        out += [(r, s) for s in r.shape.tuple_shapes] if r.shape.is_tuple else [(r, r.shape)]
+    return out
+
+
+def emit_loop_kernel(target: Target, spec: LoopKernelSpec) -> ir.Module:
+    module = target.new_module(spec.kernel_name)
+    kf = target.begin_kernel(module, spec.kernel_name, spec.params)
+    kb = KernelBuilder(kf.builder, target, spec.index_type)
+    comp = spec.fusion.fused_computation
+    n_in = len(comp.parameters)
+    fe = FusedEmitter(target, module, spec.kernel_name, spec.partitioned, spec.index_type)
+    fe.bind(kb, kf.args[:n_in])
+    outputs = list(zip(_root_per_leaf(spec.fusion), output_leaves(spec.fusion), kf.args[n_in:]))
+
+    m = spec.thread_map
+    ids = [kb.thread_id(a) for a in range(3)] + [kb.block_id(a) for a in range(3)]
+    points = list(itertools.product(*(range(lo, hi + 1) for lo, hi in m.ranges)))
+    n_elements = 1
+    for d in output_leaves(spec.fusion)[0][1].dimensions:
+        n_elements *= d
+
+    def emitter(point) -> AffineEmitter:
+        return AffineEmitter(kb, ids, [kb.index(s) for s in point], bounds=lambda v: m.bound(v))
+
+    if n_elements % spec.unroll == 0:
+        # a thread's elements are all in range or all out of it: one check at unroll index 0
+        zero = tuple(lo for lo, _ in m.ranges)
+        with _maybe_if(kb, emitter(zero).in_bounds(m.constraints)):
+            indices = [_output_indices(spec, outputs, emitter(p)) for p in points]
+            for idx in indices:
+                for ((root, _), _, _), index in zip(outputs, idx):
+                    fe.preload(root, index)
+            pending = [_compute_point(fe, outputs, idx) for idx in indices]
+            for stores in pending:
+                _store_all(kb, fe, stores)
+    else:
+        for p in points:
+            ae = emitter(p)
+            with _maybe_if(kb, ae.in_bounds(m.constraints)), fe.scope():
+                _store_all(kb, fe, _compute_point(fe, outputs, _output_indices(spec, outputs, ae)))
+    target.end_kernel(kb.b)
+    return module
+
+
+def _root_per_leaf(fusion: HloInstruction) -> list[tuple[HloInstruction, int | None]]:
+    out = []
+    for r in fusion_roots(fusion.fused_computation):
+        out += [(r, k) for k in range(len(r.shape.tuple_shapes))] if r.shape.is_tuple else [(r, None)]
+    return out
+
+
+def _output_indices(spec: LoopKernelSpec, outputs, ae: AffineEmitter) -> list[list[ir.Value]]:
+    """Each output's index at one point of the thread map."""
+    return [ae.emit_all(spec.root_maps.get(root.name, spec.thread_map).exprs) for (root, _), _, _ in outputs]
+
+
+def _compute_point(fe: FusedEmitter, outputs, indices) -> list:
+    """(shape, pointer, index, value) of every output element one point produces."""
+    result = []
+    for ((root, leaf), (_, shape), ptr), index in zip(outputs, indices):
+        v = fe.root_value(root, index)
+        result.append((shape, ptr, index, v[leaf] if leaf is not None else v))
+    return result
+
+
+class _maybe_if:
+    """``kb.if_(all of conds)``, or nothing when there is no condition."""
+
+    def __init__(self, kb: KernelBuilder, conds: Sequence[ir.Value]):
+        self.kb, self.conds, self.ctx = kb, conds, None
+
+    def __enter__(self):
+        if self.conds:
+            self.ctx = self.kb.if_(self.kb.all_of(list(self.conds)))
+            self.ctx.__enter__()
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            return self.ctx.__exit__(*exc)
+        return False
+
+
+def _store_all(kb: KernelBuilder, fe: FusedEmitter, stores) -> None:
+    b = kb.b
+    for shape, ptr, index, v in stores:
+        et = shape.element_type
+        dst = b.gep(ptr, [fe.offset(shape, index)], inbounds=True, source_etype=storage_type(et))
+        b.store(to_storage(b, v, et), dst)

@@ -1,0 +1,22 @@
+"""Errors raised by code generation and by the external tools it drives.
+
+Both derive from ``HloError`` so the CLI reports them as a message and exit status 2, never
+as a traceback.
+"""
+from __future__ import annotations
+
+from ..hlo.errors import HloError
+
+
+class CodegenError(HloError):
+    """LLVM rejected what we built (verifier, linker, a construct the backend cannot lower)."""
+
+
+class ToolError(HloError):
+    """An external tool (ptxas, the CUDA JIT) failed; the message carries the tool's own output
+    and, in ``reproduce``, a command line that repeats the failure."""
+
+    def __init__(self, message: str, tool_output: str = "", reproduce: str = ""):
+        super().__init__(message)
+        self.tool_output = tool_output
+        self.reproduce = reproduce

@@ -1,0 +1,300 @@
+"""Elemental emission of a fused computation: the value of any instruction at an index.
+
+``FusedEmitter.value(inst, index)`` returns the LLVM value of ``inst`` at the output index
+``index`` (one ``ir.Value`` per dimension, in the kernel's index type). Elementwise ops go to
+the scalar op table (``elemental_ops``); index-only ops (broadcast, reshape, transpose, slice,
+pad, concatenate, dynamic-slice, gather, ...) compute their operand's index (``index_ops``,
+mostly through the indexing analysis' maps) and recurse. Parameters are loads at the
+physical offset their layout gives (tiled layouts included); constants are immediates or
+module-level arrays.
+
+Subgraphs found by the partitioner become functions ``<kernel>_<root>(params..., index...)``
+that readers call; within one function body, values are cached per (instruction, index)
+inside the current scope (a loop body or a branch arm opens a scope, so nothing defined
+inside one is used outside it).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator, Sequence
+
+import numpy as np
+from llvmlite import ir
+
+from ..hlo import HloInstruction
+from ..hlo.errors import HloUnsupportedError
+from ..indexing.layout_maps import linear_index_map
+from .affine_emitter import AffineEmitter
+from .elemental_ops import emit_constant_scalar, emit_scalar_op
+from .kernel_builder import KernelBuilder
+from .llvm_types import PTR, compute_type, storage_type
+from .partitioner import PartitionedComputation, Subgraph
+from .target import Target
+
+Value = "ir.Value | list[ir.Value]"
+
+
+def unsupported(inst: HloInstruction, what: str) -> HloUnsupportedError:
+    where = f" at line {inst.location.line}" if getattr(inst, "location", None) else ""
+    return HloUnsupportedError(f"{what}: {inst.opcode} '%{inst.name}'{where}")
+
+
+def to_storage(b: ir.IRBuilder, v: ir.Value, et: str) -> ir.Value:
+    st = storage_type(et)
+    if v.type == st:
+        return v
+    if et == "pred" or et.startswith("u"):
+        return b.zext(v, st)
+    return b.sext(v, st)
+
+
+def from_storage(b: ir.IRBuilder, v: ir.Value, et: str) -> ir.Value:
+    ct = compute_type(et)
+    if v.type == ct:
+        return v
+    if et == "pred":
+        return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+    return b.trunc(v, ct)
+
+
+class FusedEmitter:
+    """Emits the instructions of one fused computation for one kernel."""
+
+    def __init__(self, target: Target, module: ir.Module, kernel_name: str, part: PartitionedComputation,
+                 index_type: ir.IntType):
+        self.target = target
+        self.module = module
+        self.kernel_name = kernel_name
+        self.part = part
+        self.index_type = index_type
+        self.params = part.computation.parameters
+        self.kb: KernelBuilder | None = None
+        self.param_ptrs: list[ir.Value] = []
+        self.current: Subgraph | None = None
+        self.scopes: list[dict] = []
+        self.functions: dict[str, ir.Function] = {}
+        self.constants: dict[str, ir.GlobalVariable] = {}
+
+    # ---- entry points ------------------------------------------------------------------------
+    def bind(self, kb: KernelBuilder, param_ptrs: Sequence[ir.Value]) -> None:
+        """Emit into the kernel body at ``kb`` with the kernel's parameter pointers."""
+        self.kb, self.param_ptrs, self.scopes = kb, list(param_ptrs), [{}]
+
+    def root_value(self, root: HloInstruction, index: Sequence[ir.Value]):
+        """Fusion output ``root`` at its output index (a list for a tuple-shaped root)."""
+        return self.value(root, index)
+
+    # ---- scopes ---------------------------------------------------------------------------------
+    @contextmanager
+    def scope(self) -> Iterator[None]:
+        self.scopes.append({})
+        try:
+            yield
+        finally:
+            self.scopes.pop()
+
+    @staticmethod
+    def _key(inst: HloInstruction, index: Sequence[ir.Value]) -> tuple:
+        return (id(inst), tuple(("c", v.constant) if isinstance(v, ir.Constant) else id(v) for v in index))
+
+    # ---- values ---------------------------------------------------------------------------------
+    def value(self, inst: HloInstruction, index: Sequence[ir.Value]):
+        """``inst`` at ``index`` (a list of values for tuple-shaped instructions)."""
+        if inst.shape.is_array and len(index) != inst.shape.rank:
+            raise AssertionError(f"{inst.name}: index of rank {len(index)} for {inst.shape}")
+        key = self._key(inst, index)
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        sg = self.part.subgraph_of.get(inst)
+        if sg is not None and sg is not self.current and inst in sg.roots:
+            v = self._call_subgraph(sg, index)[sg.roots.index(inst)]
+        else:
+            v = self._emit(inst, index)
+        self.scopes[-1][key] = v
+        return v
+
+    def operand_value(self, inst: HloInstruction, i: int, index: Sequence[ir.Value]):
+        """Operand ``i`` of an elementwise ``inst`` (scalar operands are read at ``()``)."""
+        op = inst.operands[i]
+        return self.value(op, index if op.shape.rank == len(index) else ())
+
+    def _emit(self, inst: HloInstruction, index: Sequence[ir.Value]):
+        from .index_ops import INDEX_OPS
+        from ..hlo.opcodes import ELEMENTWISE
+        if inst.opcode == "parameter":
+            return self._load_parameter(inst, index)
+        if inst.opcode == "constant":
+            return self._constant(inst, index)
+        handler = INDEX_OPS.get(inst.opcode)
+        if handler is not None:
+            return handler(self, inst, index)
+        if inst.opcode in ELEMENTWISE:
+            ops = [self.operand_value(inst, i, index) for i in range(len(inst.operands))]
+            return emit_scalar_op(self.kb.b, self.target, inst, ops)
+        raise unsupported(inst, "the loop emitter cannot emit this operation inside a fusion")
+
+    # ---- leaves -----------------------------------------------------------------------------------
+    def offset(self, shape, index: Sequence[ir.Value]) -> ir.Value:
+        """Physical element offset of ``index`` in a buffer of ``shape`` (layout and tiles)."""
+        m = linear_index_map(shape)
+        ae = AffineEmitter(self.kb, index, bounds=lambda v: m.bound(v))
+        return ae.emit(m.exprs[0])
+
+    def _load_parameter(self, inst: HloInstruction, index: Sequence[ir.Value]) -> ir.Value:
+        if not inst.shape.is_array:
+            raise unsupported(inst, "tuple-shaped fusion parameters are not supported")
+        et = inst.shape.element_type
+        b = self.kb.b
+        ptr = b.gep(self.param_ptrs[inst.parameter_number], [self.offset(inst.shape, index)],
+                    inbounds=True, source_etype=storage_type(et))
+        load = b.load(ptr, typ=storage_type(et))
+        self.target.mark_invariant(load)
+        return from_storage(b, load, et)
+
+    def _constant(self, inst: HloInstruction, index: Sequence[ir.Value]) -> ir.Value:
+        if not inst.shape.is_array:
+            raise unsupported(inst, "tuple constants inside a fusion are not supported")
+        et = inst.shape.element_type
+        lit = np.asarray(inst.literal)
+        if lit.size == 1:
+            return emit_constant_scalar(lit.reshape(-1)[0], et)
+        gv = self.constants.get(inst.name)
+        st = storage_type(et)
+        if gv is None:
+            flat = lit.reshape(-1)
+            if et == "pred":
+                elems = [ir.Constant(st, int(bool(x))) for x in flat]
+            else:
+                elems = [to_storage_constant(emit_constant_scalar(x, et), st) for x in flat]
+            arr_t = ir.ArrayType(st, len(elems))
+            gv = ir.GlobalVariable(self.module, arr_t, name=f"{self.kernel_name}.{inst.name}")
+            gv.global_constant = True
+            gv.linkage = "internal"
+            gv.initializer = ir.Constant(arr_t, elems)
+            gv.align = 16
+            self.constants[inst.name] = gv
+        b = self.kb.b
+        strides = np.cumprod([1, *reversed(inst.shape.dimensions[1:])])[::-1]
+        off = self.kb.index(0)
+        for v, s in zip(index, strides):
+            off = b.add(off, b.mul(v, self.kb.index(int(s))))
+        ptr = b.gep(gv, [self.kb.index(0), off], inbounds=True, source_etype=gv.value_type)
+        return from_storage(b, b.load(ptr, typ=st), et)
+
+    # ---- subgraph functions --------------------------------------------------------------------
+    def _lookup(self, key):
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def preload(self, root: HloInstruction, index: Sequence[ir.Value]) -> None:
+        """Load now the parameters ``root``'s subgraph reads at ``index`` (the loop emitter
+        issues every thread's loads before any arithmetic, so they merge into vector loads)."""
+        sg = self.part.subgraph_of.get(root)
+        if sg is None:
+            return
+        key = ("preload", id(sg), self._key(root, index)[1])
+        if self._lookup(key) is None:
+            self.scopes[-1][key] = [self._load_parameter(p, index) for p in self.part.reads_at_root_index(sg)]
+
+    def _call_subgraph(self, sg: Subgraph, index: Sequence[ir.Value]) -> list:
+        """One call of ``sg``'s function per index and scope; its value per root."""
+        index_key = self._key(sg.roots[0], index)[1]
+        key = (id(sg), index_key)
+        vals = self._lookup(key)
+        if vals is not None:
+            return vals
+        fn = self._subgraph_function(sg)
+        pre = self._lookup(("preload", id(sg), index_key))
+        if pre is None:
+            pre = [self._load_parameter(p, index) for p in self.part.reads_at_root_index(sg)]
+        vals = self._unpack(self.kb.b.call(fn, [*self.param_ptrs, *index, *pre]), sg)
+        self.scopes[-1][key] = vals
+        return vals
+
+    def _result_type(self, sg: Subgraph) -> ir.Type:
+        leaves: list[ir.Type] = []
+        for r in sg.roots:
+            shapes = r.shape.tuple_shapes if r.shape.is_tuple else [r.shape]
+            leaves += [compute_type(s.element_type) for s in shapes]
+        return leaves[0] if len(leaves) == 1 else ir.LiteralStructType(leaves)
+
+    def _unpack(self, v: ir.Value, sg: Subgraph) -> list:
+        """The call result as one entry per root (a list of leaves for tuple-shaped roots)."""
+        if not isinstance(v.type, ir.LiteralStructType):
+            return [v]
+        leaves = [self.kb.b.extract_value(v, i) for i in range(len(v.type.elements))]
+        out, k = [], 0
+        for r in sg.roots:
+            n = len(r.shape.tuple_shapes) if r.shape.is_tuple else 1
+            out.append(leaves[k:k + n] if r.shape.is_tuple else leaves[k])
+            k += n
+        return out
+
+    def _subgraph_function(self, sg: Subgraph) -> ir.Function:
+        fn = self.functions.get(sg.name)
+        if fn is not None:
+            return fn
+        dims = sg.roots[0].shape.dimensions if sg.roots[0].shape.is_array else \
+            sg.roots[0].shape.tuple_shapes[0].dimensions
+        for r in sg.roots[1:]:
+            rd = r.shape.dimensions if r.shape.is_array else r.shape.tuple_shapes[0].dimensions
+            if tuple(rd) != tuple(dims):
+                raise unsupported(r, "fusion outputs of different dimensions are not supported by the loop emitter")
+        pre = self.part.reads_at_root_index(sg)
+        pre_types = [compute_type(p.shape.element_type) for p in pre]
+        fnty = ir.FunctionType(self._result_type(sg),
+                               [PTR] * len(self.params) + [self.index_type] * len(dims) + pre_types)
+        fn = ir.Function(self.module, fnty, name=f"{self.kernel_name}_{sg.name}")
+        fn.linkage = "internal"
+        fn.attributes.add("alwaysinline")
+        self.functions[sg.name] = fn
+        saved = (self.kb, self.param_ptrs, self.current, self.scopes)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self.kb = KernelBuilder(b, self.target, self.index_type)
+        self.param_ptrs = list(fn.args[:len(self.params)])
+        self.current, self.scopes = sg, [{}]
+        index = list(fn.args[len(self.params):len(self.params) + len(dims)])
+        for p, arg in zip(pre, fn.args[len(self.params) + len(dims):]):
+            self.scopes[0][self._key(p, index)] = arg
+        leaves: list[ir.Value] = []
+        for r in sg.roots:
+            v = self.value(r, index)
+            leaves += v if isinstance(v, list) else [v]
+        if len(leaves) == 1:
+            b.ret(leaves[0])
+        else:
+            agg = ir.Constant(fnty.return_type, ir.Undefined)
+            for i, leaf in enumerate(leaves):
+                agg = b.insert_value(agg, leaf, i)
+            b.ret(agg)
+        self.kb, self.param_ptrs, self.current, self.scopes = saved
+        return fn
+
+    # ---- control flow helpers for index ops ------------------------------------------------------
+    def branch(self, cond: ir.Value, then_fn, else_fn) -> ir.Value:
+        """``cond ? then_fn() : else_fn()`` with real branches (an arm may read memory that is
+        only valid when its condition holds)."""
+        b = self.kb.b
+        with b.if_else(cond) as (then, otherwise):
+            with then:
+                with self.scope():
+                    v1 = then_fn()
+                bb1 = b.block
+            with otherwise:
+                with self.scope():
+                    v2 = else_fn()
+                bb2 = b.block
+        phi = b.phi(v1.type)
+        phi.add_incoming(v1, bb1)
+        phi.add_incoming(v2, bb2)
+        return phi
+
+
+def to_storage_constant(c: ir.Constant, st: ir.Type) -> ir.Constant:
+    """A compute-type constant as its storage type (only integers narrower than a byte differ)."""
+    if c.type == st:
+        return c
+    return ir.Constant(st, int(c.constant) if not isinstance(c.constant, str) else 0)

@@ -1,0 +1,665 @@
+"""Fusion analysis: roots, heroes, and which emitter XLA:GPU would pick for a fusion.
+
+XLA chooses a fusion's kernel shape from its *heroes*: for every root, the op that decides how
+threads map to data (a transpose needs shared-memory tiles, a reduction needs cross-thread
+combining; elementwise ops around them just follow). We follow XLA's rules (notes/xla.md §b.1,
+``FindNonTrivialHero``, ``HloFusionAnalysis::GetEmitterFusionKind``, ``GetFusionEmitter``) so
+that ``xla_emitter`` is what XLA would run, then use the best emitter we have (``emitter``)
+and say why (``reason``). The shape predicates the rules need (bitcast reshapes and
+transposes, normalised transposes, reduction dimensions) are public: the transpose and reduction
+emitters build on ``transpose_description`` and ``reduction_dimensions``.
+"""
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, NamedTuple, Sequence
+
+from hlo_compile.hlo.element_types import ELEMENT_TYPES
+from hlo_compile.hlo.ir import HloComputation, HloInstruction
+from hlo_compile.hlo.opcodes import ELEMENTWISE
+from hlo_compile.hlo.shape import Shape
+
+from .device_info import DeviceInfo
+
+__all__ = [
+    "FusionAnalysis", "ReductionDimensions", "TransposeDescription", "analyze_fusion", "find_hero",
+    "fusion_roots", "is_elementwise", "is_intermediate", "is_real_reduction_hero",
+    "is_reduction_from_or_to_contiguous_dimensions", "reduction_dimensions", "transpose_description",
+]
+
+_INT_MAX = 2**31 - 1
+_LOOP_CAN_EMIT = frozenset({"loop", "transpose", "reduction", "concatenate", "in-place-dus", "memcpy"})
+_ISSUES = {"transpose": " (issue 6)", "reduction": " (issue 6)"}
+_BACKEND_KINDS = {"__custom_fusion": "custom", "__triton": "triton", "__triton_gemm": "triton",
+                  "__triton_nested_gemm_fusion": "triton", "__triton_collective": "triton",
+                  "__triton_softmax": "triton", "__cudnn$fusion": "cudnn"}
+
+
+# ---- shape predicates --------------------------------------------------------------------
+
+def bits_of(element_type: str) -> int:
+    """Bits per element as XLA's emitters count them (pred is a byte)."""
+    return ELEMENT_TYPES[element_type].bits
+
+
+def same_shape(a: Shape, b: Shape) -> bool:
+    """Equal including element type and layout (XLA's ``Shape::operator==``)."""
+    return (a.element_type == b.element_type and a.dimensions == b.dimensions
+            and (a.layout or _default(a)) == (b.layout or _default(b)))
+
+
+def _default(shape: Shape):
+    return Shape.array(shape.element_type, shape.dimensions).layout
+
+
+def _strides(dims: Sequence[int], minor_to_major: Sequence[int]) -> list[int]:
+    """Element strides of each logical dim when laid out in ``minor_to_major`` order."""
+    out, stride = [0] * len(dims), 1
+    for d in minor_to_major:
+        out[d] = stride
+        stride *= dims[d]
+    return out
+
+
+def reshape_is_bitcast(a: Shape, b: Shape) -> bool:
+    """Whether reshaping ``a`` to ``b`` moves no element in memory: every unit index of either
+    shape lands at the same physical offset in the other (XLA's ``ReshapeIsBitcast``)."""
+    if a.element_count() != b.element_count():
+        return False
+    if (a.layout and a.layout.tiles) or (b.layout and b.layout.tiles):
+        return a.dimensions == b.dimensions and a.layout == b.layout
+    return a.element_count() == 0 or (_units_agree(a, b) and _units_agree(b, a))
+
+
+def _units_agree(x: Shape, y: Shape) -> bool:
+    phys_x, phys_y = _strides(x.dimensions, x.minor_to_major), _strides(y.dimensions, y.minor_to_major)
+    row_x = _strides(x.dimensions, range(x.rank - 1, -1, -1))
+    row_y = _strides(y.dimensions, range(y.rank - 1, -1, -1))
+    for d, n in enumerate(x.dimensions):
+        if n > 1:
+            linear = row_x[d]
+            offset = sum((linear // s) % m * p for s, m, p in zip(row_y, y.dimensions, phys_y))
+            if offset != phys_x[d]:
+                return False
+    return True
+
+
+def transpose_is_bitcast(a: Shape, b: Shape, dimensions: Sequence[int]) -> bool:
+    """Whether ``transpose(a, dimensions) -> b`` keeps every element's physical position."""
+    return tuple(a.minor_to_major) == tuple(dimensions[m] for m in b.minor_to_major)
+
+
+def is_reshape_or_transpose_bitcast(a: Shape, b: Shape) -> bool:
+    """Whether ``a`` and ``b`` (element types ignored) are the same bytes in another logical view."""
+    if a.dimensions == b.dimensions and a.minor_to_major == b.minor_to_major:
+        return True
+    if reshape_is_bitcast(a, b):
+        return True
+    if a.rank != b.rank:
+        return False
+    pos_b = {d: k for k, d in enumerate(b.minor_to_major)}
+    dims = [a.minor_to_major[pos_b[j]] for j in range(b.rank)]
+    return all(b.dimensions[j] == a.dimensions[dims[j]] for j in range(b.rank))
+
+
+# ---- transposes ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TransposeDescription:
+    """A transpose in normalised form: size-1 dims dropped, dims that stay adjacent merged.
+    ``dimensions`` are the normalised *output* dims; output dim i is operand dim
+    ``permutation[i]``. ``packed_tile`` holds the packed emitter's tile sizes when it applies."""
+
+    instruction: HloInstruction = field(compare=False)
+    dimensions: tuple[int, ...]
+    permutation: tuple[int, ...]
+    bits: int
+    shmem_bytes: int
+    packed_tile: tuple[int, ...] | None = None
+
+    @property
+    def packed(self) -> bool:
+        return self.packed_tile is not None
+
+    @property
+    def operand_dimensions(self) -> tuple[int, ...]:
+        inverse = _inverse(self.permutation)
+        return tuple(self.dimensions[inverse[i]] for i in range(len(self.dimensions)))
+
+    @property
+    def kind(self) -> str:
+        """``"021"``, ``"102"``, ``"210"``...: the permutation, 2-d ones written with a batch of 1."""
+        perm = self.permutation if len(self.permutation) != 2 else (0,) + tuple(p + 1 for p in self.permutation)
+        return "".join(map(str, perm)) if len(perm) <= 10 else ",".join(map(str, perm))
+
+    def equivalent(self, other: "TransposeDescription") -> bool:
+        return (self.dimensions, self.permutation, self.bits) == (other.dimensions, other.permutation, other.bits)
+
+
+def _inverse(perm: Sequence[int]) -> list[int]:
+    out = [0] * len(perm)
+    for i, p in enumerate(perm):
+        out[p] = i
+    return out
+
+
+def _normalize_transpose(inst: HloInstruction) -> tuple[list[int], list[int]]:
+    """``ShapeUtil::GetNormalizedLogicalTransposeShape``: (output dims, permutation)."""
+    in_dims, out_dims, perm = inst.operands[0].shape.dimensions, inst.shape.dimensions, inst.dimensions
+    dropped = [sum(1 for n in in_dims[:i] if n == 1) for i in range(len(in_dims) + 1)]
+    kept = [(n, perm[i] - dropped[perm[i]]) for i, n in enumerate(out_dims) if n != 1]
+    dims: list[int] = []
+    starts: list[int] = []
+    for i, (n, p) in enumerate(kept):
+        if i and p == kept[i - 1][1] + 1:
+            dims[-1] *= n
+        else:
+            dims.append(n)
+            starts.append(p)
+    if not dims:
+        return [1], [0]
+    order = sorted(starts)
+    return dims, [order.index(s) for s in starts]
+
+
+def transpose_description(inst: HloInstruction) -> TransposeDescription | None:
+    """``GetDescriptionForTiledTransposeEmitter``: the normalised transpose if a shared-memory
+    transpose emitter handles it (packed, minor dim kept, or minor dim swapped), else None."""
+    if inst.opcode != "transpose":
+        return None
+    for s in (inst.shape, inst.operands[0].shape):
+        if tuple(s.minor_to_major) != tuple(range(s.rank - 1, -1, -1)):
+            return None  # XLA normalises layouts first; a non-default one is not a logical transpose
+    dims, perm = _normalize_transpose(inst)
+    if len(perm) < 2:
+        return None
+    bits = bits_of(inst.shape.element_type)
+    op_dims = [dims[i] for i in _inverse(perm)]
+    tile = _packed_tile(dims, perm, bits)
+    if tile is not None:
+        shmem = 32 * 4 * 32 * (32 // bits)
+        return TransposeDescription(inst, tuple(dims), tuple(perm), bits, shmem, tile)
+    if perm[-1] == len(dims) - 1:
+        minor_bits = bits * dims[-1]
+        if minor_bits <= 64 and minor_bits * min(op_dims[-2], dims[-2]) >= 8 * 16:
+            return TransposeDescription(inst, tuple(dims), tuple(perm), bits, -(-32 * 33 * minor_bits // 8))
+        return None
+    a, b = op_dims[-1], dims[-1]
+    if (a >= 16 and b >= 16) or (a >= 8 and b >= 8 and a * b >= 64 * 128):
+        if bits == 4:
+            return None  # XLA: the tiled emitter regresses for 4-bit types when the minor dim moves
+        return TransposeDescription(inst, tuple(dims), tuple(perm), bits, -(-32 * 33 * bits // 8))
+    return None
+
+
+def _packed_tile(dims: Sequence[int], perm: Sequence[int], bits: int) -> tuple[int, ...] | None:
+    """``GetPackedTransposeTileSizes`` on the canonical [.., T2, .., A, T1, B] form."""
+    if bits >= 32:
+        return None
+    out, cperm = list(dims), list(perm)
+    if cperm[-1] != len(out) - 1:
+        cperm.append(len(out))
+        out.append(1)
+    r = len(out)
+    if cperm[r - 3] != r - 3:
+        out.insert(r - 2, 1)
+        cperm = [p + 1 if p > r - 3 else p for p in cperm]
+        cperm.insert(r - 2, r - 2)
+    inv = _inverse(cperm)
+    inp = [out[inv[i]] for i in range(len(out))]
+    n = len(inp)
+    a, t1, b, t2 = inp[n - 3], inp[n - 2], inp[n - 1], inp[cperm[n - 2]]
+    v = 32 // bits
+    shmem_dim = 32 * v
+    tile_t1 = min(t1, shmem_dim)
+    tile_a = min(a, shmem_dim // tile_t1)
+    tile_t2 = min(t2, shmem_dim)
+    rows, cols = tile_t2, tile_a * tile_t1
+    if cols < 10 * v or rows < 10 * v:
+        return None
+    if b != 1 or rows % v or cols % v or t2 % tile_t2 % v:
+        return None
+    tile = [1] * n
+    tile[inv[n - 2]], tile[n - 2], tile[n - 3] = tile_t1, tile_t2, tile_a
+    return tuple(tile)
+
+
+# ---- reduction dimensions ------------------------------------------------------------------
+
+class ReductionDimensions(NamedTuple):
+    """Row: ``[z reduced, y kept, x reduced]`` -> [y]; column: ``[a kept, b reduced, c kept]``."""
+
+    is_row: bool
+    dimensions: tuple[int, int, int]
+
+
+def _consecutive(minor_to_major: Sequence[int], dims: Sequence[int]) -> bool:
+    pos = sorted(minor_to_major.index(d) for d in dims)
+    return all(q - p == 1 for p, q in zip(pos, pos[1:]))
+
+
+def _partition(shape: Shape, middle: Sequence[int]) -> tuple[int, int, int]:
+    """(major, middle, minor) products of the dims around the consecutive ``middle`` dims."""
+    sizes, segment = [1, 1, 1], 2
+    for d in shape.minor_to_major:
+        if segment == 2 and d in middle:
+            segment = 1
+        elif segment == 1 and d not in middle:
+            segment = 0
+        sizes[segment] *= shape.dimensions[d]
+    return sizes[0], sizes[1], sizes[2]
+
+
+def reduction_dimensions(reduce: HloInstruction) -> ReductionDimensions:
+    """XLA's ``GetReductionKindAndContiguousComponents`` for a reduce's first operand layout."""
+    shape = reduce.operands[0].shape
+    reduced = set(reduce.dimensions)
+    kept = [d for d in range(shape.rank) if d not in reduced]
+    if not kept:
+        return ReductionDimensions(True, (1, 1, shape.element_count()))
+    m2m = list(shape.minor_to_major)
+    if _consecutive(m2m, kept):
+        major, middle, minor = _partition(shape, kept)
+        if middle == 1:
+            return ReductionDimensions(True, (1, 1, major * minor))
+        if minor == 1:
+            return ReductionDimensions(False, (1, major, middle))
+        return ReductionDimensions(True, (major, middle, minor))
+    if not _consecutive(m2m, sorted(reduced)):
+        raise ValueError(f"reduce %{reduce.name}: neither kept nor reduced dims are consecutive in the layout")
+    major, middle, minor = _partition(shape, sorted(reduced))
+    if minor == 1:
+        return ReductionDimensions(True, (1, major, middle))
+    return ReductionDimensions(False, (major, middle, minor))
+
+
+# ---- elementwise / intermediate ops -------------------------------------------------------
+
+def is_elementwise(inst: HloInstruction) -> bool:
+    """XLA's ``IsElementwise``: output element i depends only on operand elements i."""
+    op = inst.opcode
+    if op == "map":
+        dims = tuple(inst.dimensions)
+        return not dims or dims == tuple(range(inst.shape.rank))
+    if op == "bitcast-convert":
+        return bits_of(inst.shape.element_type) == bits_of(inst.operands[0].shape.element_type)
+    return op in ELEMENTWISE or op == "rng"
+
+
+def is_intermediate(inst: HloInstruction, allowed_operand_count: int = 1) -> bool:
+    """Ops that never decide the kernel's shape: elementwise ops (a copy only if it keeps the
+    layout), bitcasts, and reshapes/transposes that are bitcasts; 1..N operands."""
+    if not 1 <= len(inst.operands) <= allowed_operand_count:
+        return False
+    if is_elementwise(inst):
+        return inst.opcode != "copy" or same_shape(inst.shape, inst.operands[0].shape)
+    if inst.opcode == "bitcast":
+        return True
+    if inst.opcode == "reshape":
+        return reshape_is_bitcast(inst.operands[0].shape, inst.shape)
+    if inst.opcode == "transpose":
+        return transpose_is_bitcast(inst.operands[0].shape, inst.shape, inst.dimensions)
+    return False
+
+
+# ---- roots and heroes ------------------------------------------------------------------------
+
+def fusion_roots(comp: HloComputation) -> list[HloInstruction]:
+    """The outputs of a fused computation: a (nested) root tuple is expanded, a
+    get-tuple-element of a tuple is looked through (XLA's ``GetFusionRoots``)."""
+    out: list[HloInstruction] = []
+
+    def visit(inst: HloInstruction) -> None:
+        if inst.opcode == "get-tuple-element" and inst.operands[0].opcode == "tuple":
+            visit(inst.operands[0].operands[inst.tuple_index])
+        elif inst.opcode == "get-tuple-element":
+            out.append(inst.operands[0])
+        elif inst.opcode == "tuple":
+            for op in inst.operands:
+                visit(op)
+        else:
+            out.append(inst)
+    visit(comp.root)
+    return out
+
+
+def find_hero(root: HloInstruction) -> HloInstruction:
+    """XLA's ``FindNonTrivialHero``: walk up single-operand intermediate ops; then look for a
+    unique tiled transpose, else a unique concatenate, through intermediate ops of up to 3
+    operands; else the reduce the walk reached, else the root itself."""
+    hero = root
+    while is_intermediate(hero, 1) and hero.operands[0].opcode != "parameter":
+        hero = hero.operands[0]
+    for predicate in (lambda n: transpose_description(n) is not None, lambda n: n.opcode == "concatenate"):
+        found = _find_unique_hero(hero, predicate)
+        if found is not None:
+            return found
+    return hero if hero.opcode == "reduce" else root
+
+
+def _find_unique_hero(start: HloInstruction,
+                      predicate: Callable[[HloInstruction], bool]) -> HloInstruction | None:
+    """Breadth-first from ``start`` towards producers; None unless exactly one op matches and
+    nothing but intermediate ops (or tuples) is reachable from its users."""
+    hero, seen, queue = None, {id(start)}, deque([start])
+    while queue:
+        node = queue.popleft()
+        if predicate(node):
+            if hero is not None:
+                return None
+            hero = node
+            continue
+        if not is_intermediate(node, 3):
+            continue
+        for op in node.operands:
+            if op.opcode != "parameter" and id(op) not in seen:
+                seen.add(id(op))
+                queue.append(op)
+    if hero is None:
+        return None
+    seen, queue = set(), deque(hero.users)
+    while queue:
+        node = queue.popleft()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.opcode not in ("tuple", "parameter") and not is_intermediate(node, 3):
+            return None
+        queue.extend(node.users)
+    return hero
+
+
+# ---- reductions ------------------------------------------------------------------------------
+
+def is_reduction_from_or_to_contiguous_dimensions(reduce: HloInstruction,
+                                                   device: DeviceInfo | None = None) -> bool:
+    """A reduce whose kept or reduced dims are consecutive in the operand layout and for which
+    the reduction emitter beats one thread per output element."""
+    if reduce.opcode != "reduce":
+        return False
+    try:
+        dims = reduction_dimensions(reduce)
+    except ValueError:
+        return False
+    return _faster_than_elemental(dims, device.threads_per_warp if device else 32)
+
+
+def _faster_than_elemental(rd: ReductionDimensions, warp: int) -> bool:
+    _, major, minor = rd.dimensions
+    if minor == 0:
+        return False  # nothing to reduce into or over
+    if rd.is_row:
+        return minor >= warp or warp % minor == 0
+    prefer_elemental = (major < warp or (major < 2 * warp and minor < warp) or (major < 4 * warp and minor < 8)
+                        or (major < 8 * warp and minor < 3))
+    return not prefer_elemental
+
+
+def is_race_free(rd: ReductionDimensions, device: DeviceInfo | None = None) -> bool:
+    """At most one block writes each output: row x <= 1024*16 and z <= 8; column b <= 32*128."""
+    warp = device.threads_per_warp if device else 32
+    if rd.is_row:
+        return rd.dimensions[2] <= 1024 * 16 and rd.dimensions[0] <= 8
+    return rd.dimensions[1] <= warp * 128
+
+
+def is_real_reduction_hero(root: HloInstruction, hero: HloInstruction, device: DeviceInfo | None = None) -> bool:
+    """Whether ``hero`` makes the fusion a reduction fusion: a contiguous, worthwhile reduce that
+    is the root itself or small enough to be emitted without atomics."""
+    if not is_reduction_from_or_to_contiguous_dimensions(hero, device):
+        return False
+    return root is hero or is_race_free(reduction_dimensions(hero), device)
+
+
+def reduction_variant(rd: ReductionDimensions, in_bits: int, out_bits: int, device: DeviceInfo) -> str:
+    """Which of XLA's four reduction emitters runs (``CreateReductionFusion``)."""
+    if rd.is_row:
+        return "multi-row" if multi_row_vector_size(rd, in_bits, out_bits, device) else "row"
+    return "small-column" if device.threads_per_warp % rd.dimensions[2] == 0 else "column"
+
+
+def multi_row_vector_size(rd: ReductionDimensions, in_bits: int, out_bits: int, device: DeviceInfo) -> int | None:
+    """``MultiRowReductionFusion::TryCreate``: the vector size, or None when rows do not fit a warp."""
+    _, kept, x = rd.dimensions
+    if x & (x - 1):
+        return None
+    small, large = min(in_bits, out_bits), max(in_bits, out_bits)
+    if large == _INT_MAX:
+        large = out_bits
+    v = max(1, min(x, 64 // small))
+    if large >= 32:
+        v = min(128 // large, v)
+    warp = device.threads_per_warp
+
+    def blocks(vec: int) -> int:
+        reduced = x // vec
+        per_block = kept if kept * reduced <= 256 else 256 // reduced
+        return -(-kept // per_block)
+    if x > warp * v:
+        return None
+    while v > 1 and blocks(v) < device.core_count:
+        v //= 2
+    return v if x <= warp * v else None
+
+
+# ---- the analysis ----------------------------------------------------------------------------
+
+@dataclass
+class FusionAnalysis:
+    """What a fusion is and how it is emitted.
+
+    ``heroes`` is parallel to ``roots``; for XLA's loop kinds (loop, memcpy, in-place-dus) it is
+    reset to the roots, as XLA does (``raw_heroes`` keeps what the hero search found).
+    ``xla_emitter`` is XLA's choice; ``emitter`` the one we run: the same when it is in
+    ``available``, else the loop emitter when it can compute the fusion element by element,
+    else None (scatter, sort, library kinds). ``variant`` is XLA's reduction or transpose
+    emitter variant. Bits are the narrowest parameter and root element types (pred = 8)."""
+
+    fusion: HloInstruction
+    device: DeviceInfo
+    roots: list[HloInstruction]
+    heroes: list[HloInstruction]
+    xla_emitter: str
+    emitter: str | None
+    variant: str | None
+    reason: str
+    transpose: TransposeDescription | None = None
+    reduction: ReductionDimensions | None = None
+    hero_reduce: HloInstruction | None = None
+    smallest_input_bits: int = _INT_MAX
+    smallest_output_bits: int = _INT_MAX
+    raw_heroes: list[HloInstruction] = field(default_factory=list)
+
+    @property
+    def computation(self) -> HloComputation:
+        return self.fusion.fused_computation
+
+
+@dataclass(frozen=True)
+class _Choice:
+    emitter: str
+    why: str
+    variant: str | None = None
+    transpose: TransposeDescription | None = None
+    reduction: ReductionDimensions | None = None
+    hero_reduce: HloInstruction | None = None
+
+
+def analyze_fusion(fusion: HloInstruction, device: DeviceInfo,
+                   available: frozenset[str] = frozenset({"loop"})) -> FusionAnalysis:
+    """Roots, heroes, XLA's emitter choice for ``fusion`` and the emitter we use from ``available``."""
+    comp = fusion.fused_computation
+    roots = fusion_roots(comp)
+    heroes = [find_hero(r) for r in roots]
+    in_bits = _smallest_bits(comp.parameters)
+    out_bits = _smallest_bits(roots)
+    choice = (_backend_kind(fusion) or _reduction_kind(roots, heroes, device, in_bits, out_bits)
+              or _transpose_kind(roots, heroes) or _single_root_kind(roots, heroes) or _loop_kind(roots, heroes))
+    loop_like = choice.emitter in ("loop", "memcpy", "in-place-dus")
+    emitter: str | None = None
+    reason = choice.why
+    if choice.emitter in available:
+        emitter = choice.emitter
+    elif choice.emitter in _LOOP_CAN_EMIT and "loop" in available:
+        emitter = "loop"
+        reason += (f"; {choice.emitter} emitter not available yet{_ISSUES.get(choice.emitter, '')}, "
+                   "using the loop emitter")
+    else:
+        reason += f"; no {choice.emitter} emitter is available"
+    return FusionAnalysis(fusion, device, roots, list(roots) if loop_like else heroes, choice.emitter, emitter,
+                          choice.variant, reason, choice.transpose, choice.reduction, choice.hero_reduce,
+                          in_bits, out_bits, heroes)
+
+
+def _smallest_bits(insts: Iterable[HloInstruction]) -> int:
+    bits = [bits_of(i.shape.element_type) for i in insts if i.shape.is_array]
+    return min(bits, default=_INT_MAX)
+
+
+def _backend_kind(fusion: HloInstruction) -> _Choice | None:
+    raw = fusion.attr("backend_config", None)
+    if not isinstance(raw, str) or "fusion_backend_config" not in raw:
+        return None
+    try:
+        kind = json.loads(raw).get("fusion_backend_config", {}).get("kind", "")
+    except (ValueError, AttributeError):
+        return None
+    emitter = _BACKEND_KINDS.get(kind)
+    return _Choice(emitter, f"backend config kind {kind}") if emitter else None
+
+
+def _reduction_kind(roots, heroes, device, in_bits, out_bits) -> _Choice | None:
+    first = next((h for r, h in zip(roots, heroes) if is_real_reduction_hero(r, h, device)), None)
+    if first is None:
+        return None
+    rd = reduction_dimensions(first)
+    operand_elements = first.operands[0].shape.element_count()
+    for r, h in zip(roots, heroes):
+        if r is first:
+            continue
+        if not is_real_reduction_hero(r, h, device):
+            if _elements(r.shape) != operand_elements:
+                return None
+        elif reduction_dimensions(h) != rd:
+            return None
+    variant = reduction_variant(rd, in_bits, out_bits, device)
+    how = "row" if rd.is_row else "column"
+    why = f"{how} reduction hero %{first.name} ([{', '.join(map(str, rd.dimensions))}]), {variant} emitter"
+    return _Choice("reduction", why, variant, reduction=rd, hero_reduce=first)
+
+
+def _transpose_kind(roots, heroes) -> _Choice | None:
+    desc: TransposeDescription | None = None
+    others = []
+    for r, h in zip(roots, heroes):
+        d = transpose_description(h)
+        if d is None:
+            others.append(r)
+        elif desc is None:
+            desc = d
+        elif not desc.equivalent(d):
+            return None
+    if desc is None:
+        return None
+    in_shape = desc.instruction.operands[0].shape
+    if any(not is_reshape_or_transpose_bitcast(r.shape, in_shape) for r in others):
+        return None
+    variant = "packed" if desc.packed else "tiled"
+    shape = in_shape.to_text(print_layout=False)
+    why = f"transpose hero %{desc.instruction.name} ({desc.kind}, {shape}), {variant}"
+    return _Choice("transpose", why, variant, transpose=desc)
+
+
+def _single_root_kind(roots, heroes) -> _Choice | None:
+    if len(roots) != 1:
+        return None
+    root, hero = roots[0], heroes[0]
+    if root.opcode in ("scatter", "sort"):
+        return _Choice(root.opcode, f"root %{root.name} is a {root.opcode}")
+    if hero.opcode == "concatenate" and not root.shape.is_tuple and len(hero.operands) <= 4:
+        return _Choice("concatenate", f"concatenate hero %{hero.name} with {len(hero.operands)} operands")
+    return None
+
+
+def _loop_kind(roots, heroes) -> _Choice:
+    if all(r.opcode == "copy" and r.operands[0].opcode == "parameter"
+           and r.shape.layout == r.operands[0].shape.layout for r in roots):
+        return _Choice("memcpy", "every root copies a parameter without changing its layout")
+    if all(_defining_dus(r) is not None for r in roots) and can_emit_dus_in_place(roots):
+        return _Choice("in-place-dus", "every root is a dynamic-update-slice of a parameter updatable in place")
+    if len(roots) > 1:
+        return _Choice("loop", f"{len(roots)} roots without a common reduction or transpose hero")
+    root, hero = roots[0], heroes[0]
+    why = f"root %{root.name} ({root.opcode}) has no transpose, reduction, concatenate or scatter hero"
+    if hero.opcode == "reduce":
+        why = f"reduce %{hero.name} is not a real reduction hero (one thread per output element)"
+    elif hero.opcode == "transpose":
+        why = (f"transpose %{hero.name} does not qualify for a shared-memory transpose (too small, 4-bit with "
+               "the minor dim moved, or a non-default layout)")
+    elif hero.opcode == "concatenate":
+        why = f"concatenate %{hero.name} has {len(hero.operands)} operands (more than 4)"
+    return _Choice("loop", why)
+
+
+def _elements(shape: Shape) -> int:
+    while shape.is_tuple:
+        shape = shape.tuple_shapes[0]
+    return shape.element_count()
+
+
+# ---- in-place dynamic-update-slice -----------------------------------------------------------
+
+def _defining_dus(root: HloInstruction) -> HloInstruction | None:
+    inst = root
+    while inst.opcode == "bitcast":
+        inst = inst.operands[0]
+    return inst if inst.opcode == "dynamic-update-slice" else None
+
+
+def can_emit_dus_in_place(roots: list[HloInstruction]) -> bool:
+    """The structural part of XLA's ``CanEmitFusedDynamicUpdateSliceInPlace``: each root is a
+    DUS (through bitcasts) of a fusion parameter that nothing else reads at other positions,
+    all updates have one shape. Whether the parameter's buffer may be reused for the output is
+    the buffer assignment's decision, not checked here."""
+    dus_list = [_defining_dus(r) for r in roots]
+    if not dus_list or any(d is None for d in dus_list):
+        return False
+    update_shape = dus_list[0].operands[1].shape
+    for dus in dus_list:
+        node = dus
+        users = [u for u in node.users if u.opcode != "tuple"]
+        while users:
+            if len(users) > 1 or users[0].opcode != "bitcast":
+                return False
+            node = users[0]
+            users = [u for u in node.users if u.opcode != "tuple"]
+        operand = dus.operands[0]
+        if operand.opcode == "bitcast":
+            operand = operand.operands[0]
+        if operand.opcode != "parameter" or not _reads_in_place(operand, dus, update_shape):
+            return False
+        upd = dus.operands[1].shape
+        if upd.dimensions != update_shape.dimensions or upd.minor_to_major != update_shape.minor_to_major:
+            return False
+    return True
+
+
+def _reads_in_place(param: HloInstruction, dus: HloInstruction, update_shape: Shape) -> bool:
+    seen, queue = {id(param), id(dus)}, deque([param])
+    while queue:
+        for user in queue.popleft().users:
+            if user.opcode == "dynamic-slice" and user.operands[0] is dus.operands[0] \
+                    and same_shape(user.shape, update_shape):
+                if update_shape.element_count() != 1 and \
+                        any(a is not b for a, b in zip(user.operands[1:], dus.operands[2:])):
+                    return False
+            elif user is not dus and user.opcode == "dynamic-update-slice":
+                return False
+            elif user is not dus and not is_elementwise(user) and user.opcode not in ("bitcast", "tuple"):
+                return False
+            if id(user) not in seen:
+                seen.add(id(user))
+                queue.append(user)
+    return True

@@ -1,0 +1,114 @@
+"""LLVM types for HLO element types, plus the two types llvmlite lacks (``bfloat``, ``token``).
+
+Storage types: ``pred`` is stored as ``i8`` (one byte per element, as XLA stores it) and
+computed as ``i1``; unsigned integers are LLVM integers of the same width (signedness lives
+in the instructions chosen, not the type); f8/f6/f4 types are stored as raw ``i8`` and have
+no arithmetic here yet.
+"""
+from __future__ import annotations
+
+import struct
+
+from llvmlite import ir
+
+from ..hlo.errors import HloUnsupportedError
+
+
+class _BFloatType(ir.types._BaseFloatType):
+    """LLVM's ``bfloat``: constants are written as ``0xRXXXX`` (the 16 raw bits)."""
+
+    null = "0xR0000"
+    intrinsic_name = "bf16"
+
+    def __str__(self) -> str:
+        return "bfloat"
+
+    def format_constant(self, value: float) -> str:
+        bits = struct.unpack("<I", struct.pack("<f", float(value)))[0]
+        # round to nearest even on the upper 16 bits (NaN stays a quiet NaN)
+        if (bits & 0x7F800000) == 0x7F800000 and bits & 0x7FFFFF:
+            return "0xR7FC0"
+        bits += 0x7FFF + ((bits >> 16) & 1)
+        return f"0xR{(bits >> 16) & 0xFFFF:04X}"
+
+
+class _TokenType(ir.Type):
+    """LLVM's ``token`` (needed by the coroutine intrinsics); its only constant is ``none``."""
+
+    null = "none"
+
+    def _to_string(self) -> str:
+        return "token"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _TokenType)
+
+    def __hash__(self) -> int:
+        return hash("token")
+
+
+_BFloatType._create_instance()  # llvmlite float types are singletons
+BFLOAT = _BFloatType()
+TOKEN = _TokenType()
+
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I16 = ir.IntType(16)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+F16 = ir.HalfType()
+F32 = ir.FloatType()
+F64 = ir.DoubleType()
+VOID = ir.VoidType()
+PTR = ir.PointerType()  # opaque pointer in the generic address space
+
+_INT_BITS = {"s1": 1, "s2": 2, "s4": 4, "s8": 8, "s16": 16, "s32": 32, "s64": 64,
+             "u1": 1, "u2": 2, "u4": 4, "u8": 8, "u16": 16, "u32": 32, "u64": 64}
+_FLOATS = {"f16": F16, "f32": F32, "f64": F64, "bf16": BFLOAT}
+
+
+class UnsupportedElementType(HloUnsupportedError, ValueError):
+    """An element type code generation does not handle (complex, f8/f6/f4 so far)."""
+
+
+def is_signed(et: str) -> bool:
+    return et.startswith("s")
+
+
+def is_unsigned(et: str) -> bool:
+    return et.startswith("u")
+
+
+def is_integer(et: str) -> bool:
+    return et in _INT_BITS
+
+
+def is_float(et: str) -> bool:
+    return et in _FLOATS
+
+
+def compute_type(et: str) -> ir.Type:
+    """The type values of ``et`` have in registers (``pred`` is ``i1``)."""
+    if et == "pred":
+        return I1
+    if et in _INT_BITS:
+        return ir.IntType(_INT_BITS[et])
+    if et in _FLOATS:
+        return _FLOATS[et]
+    raise UnsupportedElementType(f"element type {et} has no LLVM code generation yet")
+
+
+def storage_type(et: str) -> ir.Type:
+    """The type of one element in memory (sub-byte integers and ``pred`` take a byte)."""
+    if et == "pred":
+        return I8
+    if et in _INT_BITS and _INT_BITS[et] < 8:
+        return I8
+    return compute_type(et)
+
+
+def storage_bytes(et: str) -> int:
+    t = storage_type(et)
+    if isinstance(t, ir.IntType):
+        return max(1, t.width // 8)
+    return {"half": 2, "bfloat": 2, "float": 4, "double": 8}[str(t)]

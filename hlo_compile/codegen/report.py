@@ -1,0 +1,24 @@
+"""``--emit=fusions``: for every kernel, its hero, the emitter chosen and why, the launch
+configuration, the thread→output indexing map and the partition into functions."""
+from __future__ import annotations
+
+from .compiler import ModulePlan
+
+
+def fusion_report_text(plan: ModulePlan) -> str:
+    out = [f"// device: {plan.device.name} ({plan.device.arch}), {len(plan.kernels)} kernel(s)"]
+    for k in plan.kernels:
+        a = k.analysis
+        launch = k.launch
+        out.append(f"fusion %{k.fusion.name} -> kernel {k.kernel_name}")
+        out.append(f"  roots: {', '.join('%' + r.name for r in a.roots)}")
+        out.append(f"  heroes: {', '.join('%' + h.name for h in a.heroes)}")
+        out.append(f"  xla emitter: {a.xla_emitter}")
+        out.append(f"  emitter: {a.emitter}" + (f" ({a.variant})" if a.variant else ""))
+        out.append(f"  reason: {a.reason}")
+        out.append(f"  launch: grid {list(launch.grid)} block {list(launch.block)} unroll {k.spec.unroll} "
+                   f"shared {launch.shared_bytes} B, index type {k.spec.index_type}")
+        out.append(f"  thread -> output: {k.spec.thread_map.to_text()}")
+        for line in k.spec.partitioned.to_text().splitlines():
+            out.append(f"  {line}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,370 @@
+"""The NVPTX target: kernel building blocks for emitters, and LLVM IR → PTX.
+
+``NvptxTarget`` implements the target interface (``codegen/target.py``) with NVPTX intrinsics
+and libdevice calls (notes/nvptx.md §3). ``compile_to_ptx`` parses a module, links the
+libdevice functions it uses, internalises everything but the kernels, runs O3 through the
+NVPTX target machine's pass builder and emits PTX.
+
+Process-wide choices (LLVM options are global to the process):
+
+- ``--nvptx-short-ptr`` is set once, before the first NVPTX target machine is created, and
+  never changed: shared/local/const pointers are then 32-bit, which saves registers in every
+  kernel indexing shared memory. Every NVPTX target machine and datalayout in the process
+  comes from ``target_machine`` after that point, so modules, libdevice snippets and TMs all
+  agree on the layout. (Code that creates its own NVPTX target machine before ours gets the
+  64-bit layout; do not do that.)
+- Target machines are created once per (arch, opt level) and kept.
+"""
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from ..codegen.errors import CodegenError
+from ..codegen.llvm_types import F32, F64, I32, PTR, VOID
+from ..codegen.target import KernelFunction, KernelParam, Target, check_math_args
+from ..hlo.errors import HloError
+from .libdevice import default_linker
+
+TRIPLE = "nvptx64-nvidia-cuda"
+SHARED_ADDRSPACE = 3
+MAX_PTX_ISA = 90  # the GPU image's driver (CUDA 13.0) JITs PTX up to ISA 9.0
+
+# The PTX ISA version each architecture first appears in (what LLVM 22 picks by default).
+# sm_70 and older are gone from CUDA 13's ptxas; sm_101 was renamed sm_110 in CUDA 13.
+_MIN_PTX_ISA: dict[str, int] = {
+    "sm_75": 63, "sm_80": 70, "sm_86": 71, "sm_87": 74, "sm_88": 90, "sm_89": 78,
+    "sm_90": 78, "sm_90a": 80,
+    "sm_100": 86, "sm_100a": 86, "sm_100f": 88, "sm_101": 86, "sm_101a": 86,
+    "sm_103": 88, "sm_103a": 88, "sm_103f": 88, "sm_110": 90, "sm_110a": 90, "sm_110f": 90,
+    "sm_120": 87, "sm_120a": 87, "sm_120f": 88, "sm_121": 88, "sm_121a": 88, "sm_121f": 88,
+}
+SUPPORTED_ARCHS: tuple[str, ...] = tuple(a for a, v in _MIN_PTX_ISA.items() if v <= MAX_PTX_ISA)
+
+# libm name -> arity; each maps to libdevice's __nv_<name>f (float) / __nv_<name> (double).
+MATH_FUNCTIONS: dict[str, int] = {
+    **dict.fromkeys(
+        ["exp", "expm1", "exp2", "exp10", "log", "log1p", "log2", "log10",
+         "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
+         "asinh", "acosh", "atanh", "erf", "erfc", "erfinv", "lgamma", "tgamma",
+         "cbrt", "rsqrt"], 1),
+    **dict.fromkeys(["pow", "atan2", "fmod", "hypot", "remainder", "nextafter"], 2),
+}
+
+_SREG = {"thread_id": "tid", "block_id": "ctaid", "block_dim": "ntid", "grid_dim": "nctaid"}
+_AXES = "xyz"
+
+
+class UnsupportedArchError(HloError):
+    """An ``--arch`` this compiler cannot generate PTX for."""
+
+
+def ptx_isa_version(arch: str) -> int:
+    """The PTX ISA version (times ten: 78 is 7.8) we emit for ``arch``: the lowest it needs."""
+    version = _MIN_PTX_ISA.get(arch)
+    if version is None or version > MAX_PTX_ISA:
+        raise UnsupportedArchError(
+            f"unsupported GPU architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHS)}")
+    return version
+
+
+_PTX_IDENTIFIER = re.compile(r"(?:[A-Za-z][A-Za-z0-9_$]*|[_$][A-Za-z0-9_$]+)\Z")
+
+
+def is_ptx_identifier(name: str) -> bool:
+    """Whether ``name`` can name a kernel in PTX. LLVM emits entry names verbatim, so a
+    name like ``fusion.1`` gives PTX that ptxas and the driver reject."""
+    return _PTX_IDENTIFIER.match(name) is not None
+
+
+def ptx_identifier(name: str) -> str:
+    """``name`` with every character PTX does not allow replaced by ``_`` (``fusion.1`` →
+    ``fusion_1``); for drivers naming kernels after HLO instructions."""
+    cleaned = re.sub(r"[^A-Za-z0-9_$]", "_", name)
+    return cleaned if is_ptx_identifier(cleaned) else f"_{cleaned}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Target machines
+
+
+_init_lock = threading.Lock()
+_initialized = False
+_machines: dict[tuple[str, int], llvm.TargetMachine] = {}
+
+
+def _ensure_llvm() -> None:
+    global _initialized
+    if not _initialized:
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        llvm.set_option("", "--nvptx-short-ptr")  # see the module docstring
+        _initialized = True
+
+
+def target_machine(arch: str, opt_level: int = 3) -> llvm.TargetMachine:
+    """The (cached) NVPTX target machine for ``arch`` at codegen level ``opt_level``."""
+    if opt_level not in (0, 1, 2, 3):
+        raise ValueError(f"opt_level must be 0..3, not {opt_level}")
+    features = f"+ptx{ptx_isa_version(arch)}"
+    with _init_lock:
+        tm = _machines.get((arch, opt_level))
+        if tm is None:
+            _ensure_llvm()
+            tm = llvm.Target.from_triple(TRIPLE).create_target_machine(cpu=arch, features=features, opt=opt_level)
+            _machines[(arch, opt_level)] = tm
+        return tm
+
+
+# ---------------------------------------------------------------------------------------------
+# The target interface
+
+
+def _declare(module: ir.Module, name: str, ret: ir.Type, args: Sequence[ir.Type]) -> ir.Function:
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(ret, list(args)), name)
+    return fn
+
+
+def _module_of(builder: ir.IRBuilder) -> ir.Module:
+    return builder.block.parent.module
+
+
+def _unique_ptx_name(module: ir.Module, name: str) -> str:
+    """``name`` made a PTX identifier and unique in ``module`` (``tile``, ``tile_1``, ...):
+    LLVM would otherwise mangle ``tile.1`` into ``tile_$_1``."""
+    base = re.sub(r"[^A-Za-z0-9_]", "_", name) or "smem"
+    if base[0].isdigit():
+        base = "_" + base
+    candidate, n = base, 0
+    while candidate in module.globals:
+        n += 1
+        candidate = f"{base}_{n}"
+    return candidate
+
+
+class NvptxTarget(Target):
+    """Kernels for NVIDIA GPUs; see notes/nvptx.md §3 for the PTX each method becomes."""
+
+    name = "nvptx"
+    triple = TRIPLE
+
+    def __init__(self, arch: str = "sm_80"):
+        ptx_isa_version(arch)  # rejects an unknown arch before any LLVM work
+        self.arch = arch
+        self.data_layout = str(target_machine(arch).target_data)
+
+    def __repr__(self) -> str:
+        return f"NvptxTarget({self.arch!r})"
+
+    def new_module(self, name: str) -> ir.Module:
+        module = ir.Module(name)
+        module.triple = self.triple
+        module.data_layout = self.data_layout
+        return module
+
+    def begin_kernel(self, module: ir.Module, name: str, params: Sequence[KernelParam]) -> KernelFunction:
+        if not is_ptx_identifier(name):
+            raise ValueError(f"kernel name {name!r} is not a PTX identifier; use ptx_identifier(name) "
+                             f"({ptx_identifier(name)!r})")
+        fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * len(params)), name)
+        fn.calling_convention = "ptx_kernel"
+        for arg, param in zip(fn.args, params):
+            arg.name = param.name
+            # noalias: XLA buffers given to one kernel do not overlap (see the final report
+            # about in-place kernels); with readonly this gives ld.global.nc.
+            arg.add_attribute("noalias")
+            arg.add_attribute("captures(none)")
+            if param.readonly:
+                set.add(arg.attributes, "readonly")  # not in llvmlite's whitelist
+            if param.align > 1:
+                arg.attributes.align = param.align
+        builder = ir.IRBuilder(fn.append_basic_block("entry"))
+        return KernelFunction(fn, builder, list(fn.args))
+
+    def end_kernel(self, builder: ir.IRBuilder) -> None:
+        builder.ret_void()
+
+    def ret(self, builder: ir.IRBuilder) -> None:
+        builder.ret_void()
+        builder.position_at_end(builder.function.append_basic_block("after_return"))
+
+    def _sreg(self, builder: ir.IRBuilder, kind: str, axis: int) -> ir.Value:
+        if axis not in (0, 1, 2):
+            raise ValueError(f"axis must be 0, 1 or 2, not {axis}")
+        reg = _SREG[kind]
+        fn = _declare(_module_of(builder), f"llvm.nvvm.read.ptx.sreg.{reg}.{_AXES[axis]}", I32, [])
+        return builder.call(fn, [], name=f"{reg}.{_AXES[axis]}")
+
+    def thread_id(self, builder: ir.IRBuilder, axis: int) -> ir.Value:
+        return self._sreg(builder, "thread_id", axis)
+
+    def block_id(self, builder: ir.IRBuilder, axis: int) -> ir.Value:
+        return self._sreg(builder, "block_id", axis)
+
+    def block_dim(self, builder: ir.IRBuilder, axis: int) -> ir.Value:
+        return self._sreg(builder, "block_dim", axis)
+
+    def grid_dim(self, builder: ir.IRBuilder, axis: int) -> ir.Value:
+        return self._sreg(builder, "grid_dim", axis)
+
+    def barrier(self, builder: ir.IRBuilder) -> None:
+        # LLVM 22's name for __syncthreads (llvm.nvvm.barrier0 is auto-upgraded to it)
+        fn = _declare(_module_of(builder), "llvm.nvvm.barrier.cta.sync.aligned.all", VOID, [I32])
+        builder.call(fn, [ir.Constant(I32, 0)])
+
+    def _shuffle(self, builder: ir.IRBuilder, mode: str, value: ir.Value, lane_arg: int) -> ir.Value:
+        if value.type == F32:
+            suffix = "f32"
+        elif value.type == I32:
+            suffix = "i32"
+        else:
+            raise ValueError(f"warp shuffles take i32 or float values, not {value.type}")
+        ty = value.type
+        fn = _declare(_module_of(builder), f"llvm.nvvm.shfl.sync.{mode}.{suffix}", ty, [I32, ty, I32, I32])
+        # mask -1: the whole warp takes part; 31: clamp to the full 32-lane segment
+        args = [ir.Constant(I32, -1), value, ir.Constant(I32, lane_arg), ir.Constant(I32, 31)]
+        return builder.call(fn, args, name=f"shfl.{mode}")
+
+    def shfl_down(self, builder: ir.IRBuilder, value: ir.Value, delta: int) -> ir.Value:
+        return self._shuffle(builder, "down", value, delta)
+
+    def shfl_xor(self, builder: ir.IRBuilder, value: ir.Value, mask: int) -> ir.Value:
+        return self._shuffle(builder, "bfly", value, mask)
+
+    def shared_array(self, builder: ir.IRBuilder, name: str, element_type: ir.Type, count: int) -> ir.Value:
+        """A static ``.shared`` array; ``count == 0`` declares the dynamic shared memory
+        (``.extern .shared``), sized at launch by ``LaunchDims.shared_bytes``."""
+        if count < 0:
+            raise ValueError(f"shared array {name!r} has negative size {count}")
+        module = _module_of(builder)
+        gv = ir.GlobalVariable(module, ir.ArrayType(element_type, count), _unique_ptx_name(module, name),
+                               addrspace=SHARED_ADDRSPACE)
+        gv.align = 16
+        if count > 0:
+            gv.linkage = "internal"
+            gv.initializer = ir.Constant(gv.value_type, ir.Undefined)
+        # llvmlite gives globals a typed pointer type; geps on it would then build typed
+        # pointers that stores reject. Make it the opaque ptr addrspace(3) it really is.
+        gv.type = ir.PointerType(addrspace=SHARED_ADDRSPACE)
+        return gv
+
+    def math(self, builder: ir.IRBuilder, fn: str, args: Sequence[ir.Value]) -> ir.Value:
+        arity = MATH_FUNCTIONS.get(fn)
+        ty = check_math_args("NVPTX", fn, arity, args)
+        name = f"__nv_{fn}f" if ty == F32 else f"__nv_{fn}"
+        callee = _declare(_module_of(builder), name, ty, [ty] * arity)
+        return builder.call(callee, list(args), name=fn)
+
+
+# ---------------------------------------------------------------------------------------------
+# LLVM IR -> PTX
+
+
+@dataclass
+class PtxResult:
+    llvm_opt: str  # the module after linking libdevice and O3
+    ptx: str
+    seconds: dict[str, float] = field(default_factory=dict)  # parse, link, opt, emit
+
+
+# Intrinsics the NVPTX backend cannot select: LLVM 22 aborts the process on them.
+_FATAL_INTRINSICS = frozenset([
+    "exp", "exp10", "log", "log2", "log10", "sin", "cos", "tan", "asin", "acos", "atan", "atan2",
+    "sinh", "cosh", "tanh", "pow", "sincos", "sincospi", "modf",
+])
+_DECLARED_INTRINSIC = re.compile(r'^declare\b[^@\n]*@"?(llvm\.([a-z0-9]+)\.[\w.]+)"?\(', re.M)
+_I128_FP_CONVERSION = re.compile(
+    r"\bfpto[su]i\b[^\n]*\bto\s+(?:<\d+\s+x\s+)?i128\b|\b[su]itofp\s+(?:<\d+\s+x\s+)?i128\b")
+
+
+def _fatal_intrinsic(full_name: str, base: str) -> bool:
+    # llvm.exp2 is fine on f32/f16 (ex2.approx) but has no f64 lowering
+    return base in _FATAL_INTRINSICS or (base == "exp2" and "f64" in full_name)
+
+
+def check_lowerable(text: str) -> None:
+    """Raise ``CodegenError`` for constructs that make the NVPTX backend abort the process
+    ("Cannot select", "no libcall available") instead of reporting an error."""
+    for m in _DECLARED_INTRINSIC.finditer(text):
+        if _fatal_intrinsic(m.group(1), m.group(2)):
+            base = m.group(2)
+            hint = (f"; use Target.math({base!r}, ...) (libdevice)" if base in MATH_FUNCTIONS else "")
+            raise CodegenError(f"{m.group(1)} cannot be lowered to PTX (LLVM would abort){hint}")
+    m = _I128_FP_CONVERSION.search(text)
+    if m:
+        raise CodegenError(f"conversion between floating point and i128 cannot be lowered to PTX: {m.group(0)!r}")
+
+
+def _check_declarations(module: llvm.ModuleRef) -> None:
+    """The same check on a parsed module's declarations (after O3, which could create them)."""
+    for fn in module.functions:
+        if fn.is_declaration and fn.name.startswith("llvm."):
+            base = fn.name.split(".")[1]
+            if _fatal_intrinsic(fn.name, base):
+                raise CodegenError(f"{fn.name} cannot be lowered to PTX (LLVM would abort)")
+
+
+def compile_to_ptx(module: ir.Module | str, arch: str, kernel_names: Sequence[str],
+                   opt_level: int = 3) -> PtxResult:
+    """LLVM IR (an llvmlite module or its text) → optimised IR and PTX for ``arch``.
+
+    Every function not in ``kernel_names`` becomes internal, so O3 inlines and drops it:
+    the PTX has one ``.entry`` per kernel and no libdevice ``.func``.
+    """
+    tm = target_machine(arch, opt_level)
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    text = str(module)
+    check_lowerable(text)
+    try:
+        mod = llvm.parse_assembly(text)
+    except RuntimeError as e:
+        raise CodegenError(f"LLVM could not parse the module: {e}") from None
+    mod.triple = TRIPLE
+    mod.data_layout = str(tm.target_data)
+    try:
+        mod.verify()
+    except RuntimeError as e:
+        raise CodegenError(f"LLVM verifier: {e}") from None
+    for name in kernel_names:
+        if not is_ptx_identifier(name):
+            raise CodegenError(f"kernel name {name!r} is not a PTX identifier (ptxas would reject the PTX)")
+        try:
+            fn = mod.get_function(name)
+        except NameError:
+            raise CodegenError(f"kernel {name!r} is not defined in the module") from None
+        if fn.is_declaration:
+            raise CodegenError(f"kernel {name!r} is declared but not defined")
+    t1 = time.perf_counter()
+    seconds["parse"] = t1 - t0
+
+    default_linker().link_into(mod)
+    kernels = set(kernel_names)
+    for fn in mod.functions:
+        if not fn.is_declaration and fn.name not in kernels:
+            fn.linkage = llvm.Linkage.internal
+    t2 = time.perf_counter()
+    seconds["link"] = t2 - t1
+
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=opt_level))
+    pb.getModulePassManager().run(mod, pb)
+    _check_declarations(mod)
+    llvm_opt = str(mod)
+    t3 = time.perf_counter()
+    seconds["opt"] = t3 - t2
+
+    ptx = tm.emit_assembly(mod)
+    seconds["emit"] = time.perf_counter() - t3
+    for name in kernel_names:
+        if not re.search(rf"\.entry\s+{re.escape(name)}\s*\(", ptx):
+            raise CodegenError(f"{name!r} is not a kernel in the PTX: give it the ptx_kernel calling "
+                               "convention (NvptxTarget.begin_kernel does)")
+    return PtxResult(llvm_opt=llvm_opt, ptx=ptx, seconds=seconds)

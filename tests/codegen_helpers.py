@@ -1,0 +1,51 @@
+"""Shared helpers of the code-generation tests: FileCheck in process, module compilation to
+LLVM IR/PTX for one module, and running a module on the host platform against the
+interpreter."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from hlo_compile import parse_module
+from hlo_compile.interpreter import evaluate_module
+from hlo_compile.options import CompileOptions
+from hlo_compile.pipeline import run_pipeline
+from hlo_compile.runtime import compare, literals
+from hlo_compile.runtime.executable import compile_executable
+
+
+def filecheck(text: str, checks: str, tmp_path: Path) -> None:
+    """In-process FileCheck; on failure the input and checks stay in ``tmp_path`` and the
+    message carries the command that reproduces it."""
+    from filecheck.matcher import Matcher
+    from filecheck.options import Options
+
+    inp, chk = tmp_path / "input.txt", tmp_path / "checks.txt"
+    inp.write_text(text)
+    chk.write_text(checks)
+    matcher = Matcher.from_opts(Options(match_filename=str(chk), input_file=str(inp)))
+    matcher.stderr = io.StringIO()
+    if matcher.run() != 0:
+        raise AssertionError(f"FileCheck failed:\n{matcher.stderr.getvalue()}\n"
+                             f"reproduce: filecheck {chk} --input-file {inp}")
+
+
+def emit_stage(text: str, stage: str, arch: str = "sm_80") -> str:
+    module = parse_module(text)
+    return run_pipeline(module, CompileOptions(arch=arch), emit=stage).artifacts[stage]
+
+
+def load_fusion_test(path: Path):
+    """An XLA emitter test file (a bare fused computation) as a module with an ENTRY fusion."""
+    from hlo_compile.passes.wrap_fusions import wrap_entry_as_fusion
+    return wrap_entry_as_fusion(parse_module(path.read_text(), str(path)))
+
+
+def run_on_host(module, seed: int = 0, args=None):
+    """(ok, report): the module on the host platform compared with the interpreter."""
+    args = literals.random_inputs(module, seed) if args is None else args
+    exe = compile_executable(module, "host")
+    got = literals.flatten(exe.run(args))
+    expected = literals.flatten(evaluate_module(module, args))
+    cmp = compare.compare_results(expected, got, tolerances=[(None, None)] * len(expected))
+    return cmp.ok, cmp.report()

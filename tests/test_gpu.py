@@ -1,0 +1,138 @@
+"""The ``cuda`` platform end to end on a real GPU: the same checks as the host tests, run through
+PTX, the CUDA JIT and our thin driver layer. Every test is marked ``gpu`` and skips, with
+``available()``'s reason, where there is no usable GPU (CI, this project's CPU machines).
+
+- gelu through ``hlo-run --platform=cuda`` against the interpreter (exit status 0);
+- every XLA loop-emitter test file (the host test's list and exclusions) against the interpreter;
+- every JAX corpus case against XLA's outputs, refusals accepted as on the host;
+- the registers and local memory the driver reports for the gelu kernel.
+
+Run on the lent GPU machine as ``bench/device/README.md`` says.
+"""
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hlo_compile import parse_module
+from hlo_compile.hlo.errors import HloUnsupportedError
+from hlo_compile.interpreter import evaluate_module
+from hlo_compile.runtime import compare, literals
+from hlo_compile.runtime import cuda as rt
+from hlo_compile.runtime.executable import compile_executable
+
+from codegen_helpers import load_fusion_test
+from conftest import corpus_root
+from test_codegen_loop import GELU, LOOP_TESTS, NOT_RUN, ROOT
+from test_jax_corpus import _cases, run_case
+from test_jax_corpus_host import NOT_YET
+
+pytestmark = pytest.mark.gpu
+
+GELU_FILE = ROOT / "examples" / "gelu.hlo"
+_RESULTS: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def gpu() -> str:
+    """Skips the test (with the driver's reason) unless a CUDA device can be used."""
+    ok, why = rt.available()
+    if not ok:
+        pytest.skip(f"no usable CUDA GPU: {why}")
+    return why
+
+
+@contextmanager
+def cuda_executable(module):
+    """The module compiled for the GPU that is there; its device context is released after."""
+    exe = compile_executable(module, "cuda")
+    try:
+        yield exe
+    finally:
+        exe.platform.device.close()
+
+
+def _on_cuda(module, args):
+    with cuda_executable(module) as exe:
+        return exe.run(args)
+
+
+def run_on_cuda(module, seed: int = 0) -> tuple[bool, str]:
+    """(ok, report): the module on the cuda platform compared with the interpreter (the
+    host test's ``run_on_host`` with the platform changed)."""
+    args = literals.random_inputs(module, seed)
+    got = literals.flatten(_on_cuda(module, args))
+    expected = literals.flatten(evaluate_module(module, args))
+    cmp = compare.compare_results(expected, got, tolerances=[(None, None)] * len(expected))
+    return cmp.ok, cmp.report()
+
+
+# ---- gelu through the CLI ------------------------------------------------------------------
+def test_gelu_cli_on_cuda(gpu):
+    from hlo_compile.cli.run import main
+    result = CliRunner().invoke(main, [str(GELU_FILE), "--platform=cuda", "--reference=interpreter",
+                                       "--iterations", "3"])
+    assert result.exit_code == 0, result.output
+    print(result.output)
+
+
+def test_gelu_kernel_registers(gpu):
+    module = parse_module(GELU)
+    with cuda_executable(module) as exe:
+        (plan,) = exe.plan.kernels
+        fn = exe.kernels[plan.fusion.name]
+        regs, local = fn.registers, fn.local_bytes
+        print(f"{plan.kernel_name} on {exe.platform.device}: {regs} registers, {local} bytes local, "
+              f"grid {plan.launch.grid} block {plan.launch.block}, max threads/block {fn.max_threads_per_block}")
+        assert regs > 0
+        assert fn.max_threads_per_block >= plan.launch.num_threads
+
+
+# ---- XLA's loop-emitter tests ----------------------------------------------------------------
+def _loop_test_params() -> list:
+    root = corpus_root()
+    files = sorted((root / LOOP_TESTS).glob("*.hlo")) if root is not None else []
+    if not files:
+        return [pytest.param(None, id="no-corpus")]
+    return [pytest.param(p.name, id=p.name) for p in files if p.name not in NOT_RUN]
+
+
+@pytest.mark.parametrize("name", _loop_test_params())
+def test_xla_loop_emitter_test_on_cuda(gpu, corpus, name):
+    if name is None:
+        pytest.skip(f"no XLA loop-emitter tests under {corpus / LOOP_TESTS}")
+    ok, report = run_on_cuda(load_fusion_test(corpus / LOOP_TESTS / name))
+    assert ok, f"{name}: {report}"
+
+
+# ---- the JAX corpus ------------------------------------------------------------------------
+def _named_refusal(e: HloUnsupportedError) -> list[str]:
+    """The not-yet-supported operations a refusal names (the host test's acceptance rule)."""
+    return re.findall(r"\b(" + "|".join(map(re.escape, NOT_YET)) + r") '%", str(e)) or \
+        re.findall(r"is an? (scatter|sort)\b", str(e))
+
+
+@pytest.mark.parametrize("case,hlo", _cases())
+def test_jax_case_on_cuda(gpu, corpus, case, hlo):
+    if case is None or not (corpus / "jax").is_dir():
+        pytest.skip("no JAX corpus")
+    try:
+        result = run_case(corpus / "jax" / case, hlo, run=_on_cuda)
+    except HloUnsupportedError as e:
+        assert _named_refusal(e), f"unexpected refusal: {e}"
+        _RESULTS[f"{case}/{hlo}"] = "refused"
+        return
+    assert result.ok, result.report()
+    _RESULTS[f"{case}/{hlo}"] = "ran"
+
+
+def test_most_loop_fusable_cases_ran_on_cuda(gpu, corpus):
+    if not (corpus / "jax").is_dir() or not _RESULTS:
+        pytest.skip("no JAX corpus (or the per-case tests did not run)")
+    ran = sum(v == "ran" for v in _RESULTS.values())
+    print(f"{ran} of {len(_RESULTS)} JAX modules ran on cuda, the others were refused")
+    assert ran >= 36, f"only {ran} of {len(_RESULTS)} JAX modules ran on cuda"  # the host's bar
