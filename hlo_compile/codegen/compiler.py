@@ -8,24 +8,62 @@ same plan gives the NVPTX module and the host module.
 """
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass
-from typing import Callable
+from functools import lru_cache
+from typing import Callable, Protocol
 
 from llvmlite import ir
 
 from ..hlo import HloInstruction, HloModule
 from ..hlo.errors import HloUnsupportedError
-from ..hlo.tiling import physical_size
 from ..options import CompileOptions
 from ..passes import run_passes
 from .device_info import DeviceInfo, device_for_arch
-from .emitters.loop import LoopKernelSpec, emit_loop_kernel, output_leaves
 from .fusion_analysis import FusionAnalysis, analyze_fusion
-from .kernel_builder import index_type_for
-from .launch import loop_fusion_config, thread_to_output_map
-from .partitioner import fusion_roots, partition
 from .target import LaunchDims, Target
+
+
+class KernelSpec(Protocol):
+    """What an emitter's plan for one fusion provides (``emitters/loop.py``'s
+    ``LoopKernelSpec`` is the model)."""
+
+    launch: LaunchDims
+
+    def emit(self, target: Target) -> ir.Module: ...
+
+    def report_lines(self) -> list[str]: ...
+
+    def summary_fields(self) -> dict: ...
+
+
+# emitter name → "module:function" planning a fusion: (fusion, analysis, device, kernel name)
+# → KernelSpec. An emitter whose module is not there yet is simply not available.
+EMITTER_PLANNERS = {
+    "loop": "hlo_compile.codegen.emitters.loop:plan_loop_kernel",
+    "transpose": "hlo_compile.codegen.emitters.transpose:plan_transpose_kernel",
+    "reduction": "hlo_compile.codegen.emitters.reduction:plan_reduction_kernel",
+}
+
+
+@lru_cache(maxsize=None)
+def _planner(emitter: str) -> Callable | None:
+    spec = EMITTER_PLANNERS.get(emitter)
+    if spec is None:
+        return None
+    module_name, fn = spec.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name == module_name:
+            return None
+        raise
+    return getattr(module, fn)
+
+
+def available_emitters() -> frozenset[str]:
+    return frozenset(e for e in EMITTER_PLANNERS if _planner(e) is not None)
 
 
 @dataclass
@@ -33,18 +71,14 @@ class KernelPlan:
     fusion: HloInstruction
     kernel_name: str
     analysis: FusionAnalysis
-    spec: LoopKernelSpec
+    spec: KernelSpec
 
     @property
     def launch(self) -> LaunchDims:
         return self.spec.launch
 
     def emit(self, target: Target) -> ir.Module:
-        return emit_loop_kernel(target, self.spec)
-
-    @property
-    def emitter(self) -> Callable[[Target], ir.Module]:
-        return self.emit
+        return self.spec.emit(target)
 
 
 @dataclass
@@ -84,39 +118,13 @@ def kernel_symbol(name: str, taken: set[str]) -> str:
     return sym
 
 
-def _index_type(fusion: HloInstruction, launch: LaunchDims, unroll: int) -> ir.IntType:
-    sizes = [launch.num_blocks * launch.num_threads * unroll]
-    for op in fusion.operands:
-        if op.shape.is_array:
-            sizes.append(physical_size(op.shape))
-    for _, shape in output_leaves(fusion):
-        sizes.append(physical_size(shape))
-    for inst in fusion.fused_computation.instructions:
-        if inst.shape.is_array:
-            n = 1
-            for d in inst.shape.dimensions:
-                n *= d
-            sizes.append(n)
-    return index_type_for(max(sizes) + 1)
-
-
 def plan_fusion(fusion: HloInstruction, device: DeviceInfo, kernel_name: str) -> KernelPlan:
-    analysis = analyze_fusion(fusion, device)
-    if analysis.emitter != "loop":
+    analysis = analyze_fusion(fusion, device, available=available_emitters())
+    planner = _planner(analysis.emitter) if analysis.emitter else None
+    if planner is None:
         where = f" (line {fusion.location.line})" if fusion.location else ""
         raise HloUnsupportedError(f"fusion '%{fusion.name}'{where}: {analysis.reason}")
-    config = loop_fusion_config(analysis, device)
-    leaves = output_leaves(fusion)
-    thread_map = thread_to_output_map(leaves[0][1], config)
-    part = partition(fusion.fused_computation)
-    root_maps = {}
-    for r in fusion_roots(fusion.fused_computation):
-        shape = r.shape.tuple_shapes[0] if r.shape.is_tuple else r.shape
-        if tuple(shape.dimensions) != tuple(leaves[0][1].dimensions) or shape.layout != leaves[0][1].layout:
-            root_maps[r.name] = thread_to_output_map(shape, config)
-    spec = LoopKernelSpec(kernel_name, fusion, part, thread_map, root_maps, config.launch, config.unroll_factor,
-                          _index_type(fusion, config.launch, config.unroll_factor))
-    return KernelPlan(fusion, kernel_name, analysis, spec)
+    return KernelPlan(fusion, kernel_name, analysis, planner(fusion, analysis, device, kernel_name))
 
 
 def plan_module(module: HloModule, options: CompileOptions) -> ModulePlan:

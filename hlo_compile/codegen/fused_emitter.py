@@ -16,7 +16,7 @@ inside one is used outside it).
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 from llvmlite import ir
@@ -61,7 +61,7 @@ class FusedEmitter:
     """Emits the instructions of one fused computation for one kernel."""
 
     def __init__(self, target: Target, module: ir.Module, kernel_name: str, part: PartitionedComputation,
-                 index_type: ir.IntType):
+                 index_type: ir.IntType, *, inline: bool = False):
         self.target = target
         self.module = module
         self.kernel_name = kernel_name
@@ -74,6 +74,16 @@ class FusedEmitter:
         self.scopes: list[dict] = []
         self.functions: dict[str, ir.Function] = {}
         self.constants: dict[str, ir.GlobalVariable] = {}
+        # inline: every subgraph is emitted in the kernel body (emitters that inject values
+        # living in the kernel, e.g. a shared-memory tile, cannot call functions for them)
+        self.inline = inline
+        self.injected: dict[HloInstruction, Callable[[Sequence[ir.Value]], object]] = {}
+
+    def inject(self, inst: HloInstruction, value_at: Callable[[Sequence[ir.Value]], object]) -> None:
+        """Make ``value_at(index)`` the value of ``inst`` (e.g. a hero read back from shared
+        memory); implies inline emission."""
+        self.injected[inst] = value_at
+        self.inline = True
 
     # ---- entry points ------------------------------------------------------------------------
     def bind(self, kb: KernelBuilder, param_ptrs: Sequence[ir.Value]) -> None:
@@ -107,7 +117,9 @@ class FusedEmitter:
             if key in scope:
                 return scope[key]
         sg = self.part.subgraph_of.get(inst)
-        if sg is not None and sg is not self.current and inst in sg.roots:
+        if inst in self.injected:
+            v = self.injected[inst](index)
+        elif not self.inline and sg is not None and sg is not self.current and inst in sg.roots:
             v = self._call_subgraph(sg, index)[sg.roots.index(inst)]
         else:
             v = self._emit(inst, index)

@@ -16,9 +16,6 @@ def fusion_report_text(plan: ModulePlan) -> str:
         out.append(f"  xla emitter: {a.xla_emitter}")
         out.append(f"  emitter: {a.emitter}" + (f" ({a.variant})" if a.variant else ""))
         out.append(f"  reason: {a.reason}")
-        out.append(f"  launch: grid {list(launch.grid)} block {list(launch.block)} unroll {k.spec.unroll} "
-                   f"shared {launch.shared_bytes} B, index type {k.spec.index_type}")
-        out.append(f"  thread -> output: {k.spec.thread_map.to_text()}")
-        for line in k.spec.partitioned.to_text().splitlines():
-            out.append(f"  {line}")
+        out.append(f"  launch: grid {list(launch.grid)} block {list(launch.block)} shared {launch.shared_bytes} B")
+        out.extend(f"  {line}" for line in k.spec.report_lines())
     return "\n".join(out) + "\n"

@@ -13,6 +13,7 @@ them all; otherwise every element checks its own linear index.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -25,7 +26,10 @@ from ..affine_emitter import AffineEmitter
 from ..fused_emitter import FusedEmitter, to_storage
 from ..kernel_builder import KernelBuilder
 from ..llvm_types import storage_type
-from ..partitioner import PartitionedComputation, fusion_roots
+from ...hlo.tiling import physical_size
+from ..kernel_builder import index_type_for
+from ..launch import loop_fusion_config, thread_to_output_map
+from ..partitioner import PartitionedComputation, fusion_roots, partition
 from ..target import KernelParam, LaunchDims, Target
 
 
@@ -44,10 +48,27 @@ class LoopKernelSpec:
 
     @property
     def params(self) -> list[KernelParam]:
-        comp = self.fusion.fused_computation
-        ins = [KernelParam(f"in{i}.{p.name}") for i, p in enumerate(comp.parameters)]
-        outs = [KernelParam(f"out{i}.{r.name}", readonly=False) for i, (r, _) in enumerate(output_leaves(self.fusion))]
-        return ins + outs
+        return fusion_params(self.fusion)
+
+    def emit(self, target: Target) -> ir.Module:
+        return emit_loop_kernel(target, self)
+
+    def report_lines(self) -> list[str]:
+        """What ``--emit=fusions`` shows about this kernel beyond the launch dims."""
+        return [f"unroll {self.unroll}, index type {self.index_type}",
+                f"thread -> output: {self.thread_map.to_text()}",
+                *self.partitioned.to_text().splitlines()]
+
+    def summary_fields(self) -> dict:
+        return {"unroll": self.unroll, "index_type": str(self.index_type)}
+
+
+def fusion_params(fusion: HloInstruction) -> list[KernelParam]:
+    """Kernel parameters of a fusion: its operands, then one buffer per output leaf."""
+    comp = fusion.fused_computation
+    ins = [KernelParam(f"in{i}.{p.name}") for i, p in enumerate(comp.parameters)]
+    outs = [KernelParam(f"out{i}.{r.name}", readonly=False) for i, (r, _) in enumerate(output_leaves(fusion))]
+    return ins + outs
 
 
 def output_leaves(fusion: HloInstruction) -> list[tuple[HloInstruction, object]]:
@@ -143,3 +164,32 @@ def _store_all(kb: KernelBuilder, fe: FusedEmitter, stores) -> None:
         et = shape.element_type
         dst = b.gep(ptr, [fe.offset(shape, index)], inbounds=True, source_etype=storage_type(et))
         b.store(to_storage(b, v, et), dst)
+
+
+def kernel_index_type(fusion: HloInstruction, launch: LaunchDims, unroll: int = 1) -> ir.IntType:
+    """i32 when every index, physical offset and thread number of the kernel fits, else i64."""
+    sizes = [launch.num_blocks * launch.num_threads * unroll]
+    for op in fusion.operands:
+        if op.shape.is_array:
+            sizes.append(physical_size(op.shape))
+    for _, shape in output_leaves(fusion):
+        sizes.append(physical_size(shape))
+    for inst in fusion.fused_computation.instructions:
+        if inst.shape.is_array:
+            sizes.append(math.prod(inst.shape.dimensions))
+    return index_type_for(max(sizes) + 1)
+
+
+def plan_loop_kernel(fusion: HloInstruction, analysis, device, kernel_name: str) -> LoopKernelSpec:
+    """XLA's loop-fusion launch config, thread map per output and partition for one fusion."""
+    config = loop_fusion_config(analysis, device)
+    leaves = output_leaves(fusion)
+    thread_map = thread_to_output_map(leaves[0][1], config)
+    root_maps = {}
+    for r in fusion_roots(fusion.fused_computation):
+        shape = r.shape.tuple_shapes[0] if r.shape.is_tuple else r.shape
+        if tuple(shape.dimensions) != tuple(leaves[0][1].dimensions) or shape.layout != leaves[0][1].layout:
+            root_maps[r.name] = thread_to_output_map(shape, config)
+    part = partition(fusion.fused_computation)
+    return LoopKernelSpec(kernel_name, fusion, part, thread_map, root_maps, config.launch, config.unroll_factor,
+                          kernel_index_type(fusion, config.launch, config.unroll_factor))
