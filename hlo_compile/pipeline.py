@@ -56,8 +56,8 @@ class Stage:
 
 
 def _hlo(c: Compilation) -> StageOutput:
-    from .passes import run_passes
-    c.module = run_passes(c.source)
+    from .codegen.compiler import prepare_module
+    c.module = prepare_module(c.source, c.options)
     return StageOutput(c.module.to_text("long"))
 
 

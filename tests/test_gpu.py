@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -99,6 +98,11 @@ def _loop_test_params() -> list:
     if not files:
         return [pytest.param(None, id="no-corpus")]
     return [pytest.param(p.name, id=p.name) for p in files if p.name not in NOT_RUN]
+
+
+def test_xla_loop_emitter_tests_are_there(gpu, corpus):
+    files = sorted((corpus / LOOP_TESTS).glob("*.hlo"))
+    assert len(files) >= 30, f"{len(files)} XLA loop-emitter tests under {corpus / LOOP_TESTS}"
 
 
 @pytest.mark.parametrize("name", _loop_test_params())

@@ -4,7 +4,6 @@ No GPU needed. Tests that need libdevice or ptxas skip cleanly when the toolkit 
 """
 from __future__ import annotations
 
-import io
 import shlex
 import stat
 import subprocess

@@ -1,25 +1,26 @@
 """Module → kernel plans: which fusion becomes which kernel, with which emitter and launch.
 
 ``plan_module`` runs the passes (calls inlined, lone instructions wrapped as fusions) on a
-copy of the module, analyses every fusion
-of the ENTRY computation (hero, emitter choice), partitions it and fixes its launch
-configuration. A ``KernelPlan`` can then emit its kernel for any target (``plan.emit``): the
+copy of the module, analyses every fusion of the ENTRY computation and of the computations
+that while and conditional run (hero, emitter choice), partitions it and fixes its launch
+configuration: kernels of loop bodies are planned once, at compile time. A ``KernelPlan`` can then emit its kernel for any target (``plan.emit``): the
 same plan gives the NVPTX module and the host module.
 """
 from __future__ import annotations
 
 import importlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable, Protocol
 
 from llvmlite import ir
 
-from ..hlo import HloInstruction, HloModule
+from ..hlo import HloComputation, HloInstruction, HloModule
 from ..hlo.errors import HloUnsupportedError
 from ..options import CompileOptions
 from ..passes import run_passes
+from ..passes.prepare_control_flow import executed_computations
 from .device_info import DeviceInfo, device_for_arch
 from .fusion_analysis import FusionAnalysis, analyze_fusion
 from .target import LaunchDims, Target
@@ -37,6 +38,9 @@ class KernelSpec(Protocol):
 
     def summary_fields(self) -> dict: ...
 
+    # optional: ``output_initialized_from = {output leaf: fusion operand}`` for kernels that
+    # update an operand in place; the runtime copies the operand into that output first.
+
 
 # emitter name → "module:function" planning a fusion: (fusion, analysis, device, kernel name)
 # → KernelSpec. An emitter whose module is not there yet is simply not available.
@@ -44,6 +48,11 @@ EMITTER_PLANNERS = {
     "loop": "hlo_compile.codegen.emitters.loop:plan_loop_kernel",
     "transpose": "hlo_compile.codegen.emitters.transpose:plan_transpose_kernel",
     "reduction": "hlo_compile.codegen.emitters.reduction:plan_reduction_kernel",
+    "concatenate": "hlo_compile.codegen.emitters.concatenate:plan_concatenate_kernel",
+    "in-place-dus": "hlo_compile.codegen.emitters.in_place_dus:plan_in_place_dus_kernel",
+    "scatter": "hlo_compile.codegen.emitters.scatter:plan_scatter_kernel",
+    "sort": "hlo_compile.codegen.emitters.sort:plan_sort_kernel",
+    "dot": "hlo_compile.codegen.emitters.dot:plan_dot_kernel",
 }
 
 
@@ -85,13 +94,20 @@ class KernelPlan:
 class ModulePlan:
     module: HloModule          # after the passes
     device: DeviceInfo
-    kernels: list[KernelPlan]
+    kernels: list[KernelPlan]  # ENTRY's fusions, then those of each computation in ``computations[1:]``
+    # the computations the runtime runs as thunk sequences: ENTRY, then those that while and
+    # conditional run (transitively), each once
+    computations: list[HloComputation] = field(default_factory=list)
+    _by_fusion: dict[int, KernelPlan] = field(default_factory=dict, repr=False)
 
     def kernel_for(self, fusion: HloInstruction) -> KernelPlan:
-        for k in self.kernels:
-            if k.fusion is fusion:
-                return k
-        raise KeyError(fusion.name)
+        k = self._by_fusion.get(id(fusion))
+        if k is None or k.fusion is not fusion:
+            self._by_fusion = {id(p.fusion): p for p in self.kernels}
+            k = self._by_fusion.get(id(fusion))
+            if k is None:
+                raise KeyError(fusion.name)
+        return k
 
 
 def _reserved_symbols() -> frozenset[str]:
@@ -127,10 +143,18 @@ def plan_fusion(fusion: HloInstruction, device: DeviceInfo, kernel_name: str) ->
     return KernelPlan(fusion, kernel_name, analysis, planner(fusion, analysis, device, kernel_name))
 
 
+def prepare_module(module: HloModule, options: CompileOptions) -> HloModule:
+    """The module after the passes and the code generator's own rewrites (a copy)."""
+    from .tree_reduction import rewrite_tree_reductions
+    device = device_for_arch(options.arch)
+    return run_passes(module, before_fusion=[lambda m: rewrite_tree_reductions(m, device)])
+
+
 def plan_module(module: HloModule, options: CompileOptions) -> ModulePlan:
     device = device_for_arch(options.arch)
-    wrapped = run_passes(module)
+    wrapped = prepare_module(module, options)
+    computations = executed_computations(wrapped)
     taken: set[str] = set()
     kernels = [plan_fusion(inst, device, kernel_symbol(inst.name, taken))
-               for inst in wrapped.entry.instructions if inst.opcode == "fusion"]
-    return ModulePlan(wrapped, device, kernels)
+               for comp in computations for inst in comp.instructions if inst.opcode == "fusion"]
+    return ModulePlan(wrapped, device, kernels, computations)

@@ -132,12 +132,31 @@ def _scalar_literal(inst: HloInstruction) -> Any:
 
 
 def _same_value(b: ir.IRBuilder, target: Target, inst: HloInstruction, ops: list[Value]) -> Value:
-    """bitcast/reshape/broadcast of a one-element value is the value itself."""
+    """bitcast/reshape/broadcast of a one-element value is the value itself; a ``bitcast``
+    that changes the element type (same width: XLA's layout passes write JAX's
+    ``bitcast-convert`` that way) reinterprets its bits."""
     src = inst.operands[0].shape
-    if inst.shape.is_tuple or inst.shape.element_count() != 1 or src.element_type != inst.shape.element_type:
+    if inst.shape.is_tuple or inst.shape.element_count() != 1:
         raise HloUnsupportedError(f"{inst.opcode} '{inst.name}'{_where(inst)} in a scalar computation must keep "
-                                  "one element of one type", inst.location)
+                                  "one element", inst.location)
+    if src.element_type != inst.shape.element_type:
+        if inst.opcode != "bitcast":
+            raise HloUnsupportedError(f"{inst.opcode} '{inst.name}'{_where(inst)} in a scalar computation "
+                                      "changes the element type", inst.location)
+        return emit_scalar_op(b, target, _AsBitcastConvert(inst), ops)
     return ops[0]
+
+
+class _AsBitcastConvert:
+    """A view of a type-changing scalar ``bitcast`` as the ``bitcast-convert`` it means."""
+
+    opcode = "bitcast-convert"
+
+    def __init__(self, inst: HloInstruction):
+        self._inst = inst
+
+    def __getattr__(self, name: str):
+        return getattr(self._inst, name)
 
 
 def _call(b: ir.IRBuilder, target: Target, inst: HloInstruction, ops: list[Value]) -> Value:

@@ -500,7 +500,12 @@ def analyze_fusion(fusion: HloInstruction, device: DeviceInfo,
     loop_like = choice.emitter in ("loop", "memcpy", "in-place-dus")
     emitter: str | None = None
     reason = choice.why
-    if choice.emitter in available:
+    dot = dot_hero(roots) if choice.emitter == "loop" and "dot" in available else None
+    if dot is not None:
+        emitter = "dot"
+        reason += (f"; dot hero %{dot.name}: XLA sends dot fusions to cuBLAS/Triton (gemm), "
+                   "we use the tiled dot emitter")
+    elif choice.emitter in available:
         emitter = choice.emitter
     elif choice.emitter in _LOOP_CAN_EMIT and "loop" in available:
         emitter = "loop"
@@ -511,6 +516,37 @@ def analyze_fusion(fusion: HloInstruction, device: DeviceInfo,
     return FusionAnalysis(fusion, device, roots, list(roots) if loop_like else heroes, choice.emitter, emitter,
                           choice.variant, reason, choice.transpose, choice.reduction, choice.hero_reduce,
                           in_bits, out_bits, heroes)
+
+
+def dot_hero(roots: Sequence[HloInstruction]) -> HloInstruction | None:
+    """The dot of a fusion whose single root is that dot, or elementwise over it (an epilogue):
+    the fusion holds exactly one dot and every op on a path from it to the root is elementwise
+    with the dot's dimensions (so each output element needs the dot at its own index only)."""
+    if len(roots) != 1 or not roots[0].shape.is_array:
+        return None
+    comp = roots[0].parent if getattr(roots[0], "parent", None) is not None else None
+    dots = [i for i in (comp.instructions if comp is not None else []) if i.opcode == "dot"]
+    if comp is None:  # find the dot by walking up from the root
+        seen, stack = set(), [roots[0]]
+        while stack:
+            x = stack.pop()
+            if id(x) not in seen:
+                seen.add(id(x))
+                dots += [x] if x.opcode == "dot" else []
+                stack.extend(x.operands)
+    if len(dots) != 1 or len(dots[0].operands) != 2:
+        return None
+    dot, root = dots[0], roots[0]
+    below, stack = set(), list(dot.users)
+    while stack:
+        x = stack.pop()
+        if id(x) in below:
+            continue
+        below.add(id(x))
+        if not is_elementwise(x) or not x.shape.is_array or tuple(x.shape.dimensions) != tuple(dot.shape.dimensions):
+            return None
+        stack.extend(x.users)
+    return dot if (root is dot or id(root) in below) else None
 
 
 def _smallest_bits(insts: Iterable[HloInstruction]) -> int:
@@ -578,6 +614,8 @@ def _single_root_kind(roots, heroes) -> _Choice | None:
     root, hero = roots[0], heroes[0]
     if root.opcode in ("scatter", "sort"):
         return _Choice(root.opcode, f"root %{root.name} is a {root.opcode}")
+    if root.opcode == "topk":  # XLA lowers topk to a sort (or a custom call); our sort emitter ranks it
+        return _Choice("sort", f"root %{root.name} is a topk")
     if hero.opcode == "concatenate" and not root.shape.is_tuple and len(hero.operands) <= 4:
         return _Choice("concatenate", f"concatenate hero %{hero.name} with {len(hero.operands)} operands")
     return None

@@ -20,7 +20,7 @@ from .affine_emitter import AffineEmitter
 from .elemental_ops import emit_call_computation
 from .llvm_types import compute_type, storage_type
 
-Handler = Callable[["FusedEmitter", HloInstruction, Sequence[ir.Value]], object]  # noqa: F821
+Handler = Callable[..., object]  # (FusedEmitter, instruction, index) -> value
 INDEX_OPS: dict[str, Handler] = {}
 
 
@@ -285,3 +285,7 @@ def _reduce_window(fe, inst, index):
     nest(0)
     out = [b.load(a) for a in accs]
     return out if n > 1 else out[0]
+
+
+# dot, convolution and select-and-scatter register themselves in INDEX_OPS (own modules)
+from . import elemental_contraction, elemental_select_scatter  # noqa: E402,F401

@@ -68,7 +68,6 @@ def _convolution(ev, inst, ops):
     lhs = _operand(ops[0], inst.operands[0].shape.element_type, acc)
     rhs = _operand(ops[1], inst.operands[1].shape.element_type, acc)
     window = inst.attr("window", ())
-    nsp = len(dn.input_spatial_dimensions)
     if not window:
         from ..hlo.attributes import WindowDim
         window = tuple(WindowDim(size=rhs.shape[d]) for d in dn.kernel_spatial_dimensions)
@@ -94,7 +93,6 @@ def _convolution(ev, inst, ops):
     og = O // (G * bgc)
     wg = w.reshape((bgc, G, og, I) + w.shape[2:])
     out = np.zeros((out_b, bgc, G, og) + tuple(out_sp), dtype=acc)
-    sub = "yng c" if False else None  # noqa: F841  (documentation of the einsum below)
     for pos in itertools.product(*(range(wd.size) for wd in window)):
         sl = tuple(slice(k * wd.window_dilation, k * wd.window_dilation + (o - 1) * wd.stride + 1, wd.stride)
                    if o > 0 else slice(0, 0) for k, wd, o in zip(pos, window, out_sp))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hlo.dtypes import numpy_dtype
-from ..hlo.element_types import bit_width, element_type, is_complex, is_float
+from ..hlo.element_types import bit_width, element_type, is_float
 
 F32 = np.dtype(np.float32)
 

@@ -53,5 +53,8 @@ class CudaPlatform(Platform):
         l = plan.launch
         self.device.launch(kernel, l.grid, l.block, list(buffers), shared_bytes=l.shared_bytes)
 
+    def copy(self, dst: Any, src: Any, shape: Shape) -> None:
+        self.device.copy_device_to_device(dst, src, buffer_bytes(shape))
+
     def synchronize(self) -> None:
         self.device.synchronize()

@@ -3,9 +3,11 @@
 Buffer assignment gives every array value of the ENTRY computation one physical buffer;
 ``bitcast`` and ``get-tuple-element`` alias their operand's buffer and ``tuple`` groups
 buffers, so they cost nothing at run time. The thunk sequence is the ENTRY computation in
-order: parameters and constants are uploaded, each fusion is one kernel launch. Control flow
-(while, conditional, call) and ops without a kernel (custom-call, collectives, ...) are not
-supported yet and are reported by name, instruction and line.
+order: parameters and constants are uploaded, each fusion is one kernel launch. ``while`` and
+``conditional`` run on the host side: their condition, body and branch computations are
+thunk sequences of their own, planned and compiled with ENTRY's (``runtime/control_flow.py``).
+``call``s were inlined by the passes. Ops without a kernel (custom-call, collectives, ...) are
+not supported yet and are reported by name, instruction and line.
 
 Platforms: ``host`` (the host target's JIT kernels on numpy buffers) and ``cuda`` (PTX
 loaded through ``runtime/cuda.py``). The numpy interpreter needs no executable.
@@ -25,13 +27,7 @@ from ..codegen.compiler import KernelPlan, ModulePlan, plan_module
 from ..options import CompileOptions
 from .physical import buffer_bytes, from_physical, storage_dtype, to_physical
 
-_ALIASING = ("bitcast", "get-tuple-element", "tuple")
-
-
-def _unsupported(inst: HloInstruction, platform: str) -> HloUnsupportedError:
-    where = f" (line {inst.location.line})" if inst.location else ""
-    return HloUnsupportedError(f"platform '{platform}' cannot run {inst.opcode} '%{inst.name}'{where}: "
-                               f"only fusions, parameters, constants, bitcasts and tuples are supported so far")
+from .control_flow import ComputationProgram, leaves
 
 
 @dataclass
@@ -66,8 +62,18 @@ class Platform:
     def launch(self, kernel: Any, plan: KernelPlan, buffers: Sequence[Any]) -> None:
         raise NotImplementedError
 
+    def copy(self, dst: Any, src: Any, shape: Shape) -> None:
+        """Copy a whole buffer of ``shape`` (device to device)."""
+        raise NotImplementedError
+
     def synchronize(self) -> None:
         pass
+
+    def free(self, data: Any) -> None:
+        """Give a buffer's memory back (buffers with a ``free`` method: device memory)."""
+        release = getattr(data, "free", None)
+        if release is not None:
+            release()
 
 
 class HostPlatform(Platform):
@@ -81,14 +87,20 @@ class HostPlatform(Platform):
         return physical
 
     def allocate(self, shape: Shape) -> Any:
-        return np.zeros(buffer_bytes(shape) // storage_dtype(shape.element_type).itemsize,
-                        dtype=storage_dtype(shape.element_type))
+        dtype = storage_dtype(shape.element_type)
+        n = buffer_bytes(shape) // dtype.itemsize
+        # 16 bytes of slack: a 32-bit compare-and-swap on the last narrow element (scatter of
+        # bf16/s8) touches the rest of its aligned word, as CUDA's 256-byte allocations allow
+        return np.zeros(n + 16 // dtype.itemsize + 1, dtype=dtype)[:n]
 
     def download(self, data: Any, shape: Shape) -> np.ndarray:
         return data.view(storage_dtype(shape.element_type))
 
     def launch(self, kernel: Any, plan: KernelPlan, buffers: Sequence[Any]) -> None:
         kernel.launch(plan.launch, list(buffers))
+
+    def copy(self, dst: Any, src: Any, shape: Shape) -> None:
+        np.copyto(dst, src)
 
 
 @dataclass
@@ -97,6 +109,9 @@ class Executable:
     platform: Platform
     kernels: dict[str, Any] = field(default_factory=dict)  # fusion name → compiled kernel
     compile_seconds: float = 0.0
+    # id(computation) → its thunk sequence: ENTRY and what while/conditional run
+    programs: dict[int, ComputationProgram] = field(default_factory=dict)
+    _constants: dict[int, Any] = field(default_factory=dict, repr=False)
 
     @property
     def module(self) -> HloModule:
@@ -106,25 +121,40 @@ class Executable:
         """Run with logical numpy arguments (nested tuples for tuple parameters); returns
         the result in the same form as the interpreter."""
         p = self.platform
-        values: dict[HloInstruction, Any] = {}
-        for inst in self.module.entry.instructions:
-            if inst.opcode == "parameter":
-                values[inst] = self._upload_value(args[inst.parameter_number], inst.shape)
-            elif inst.opcode == "constant":
-                values[inst] = self._upload_value(inst.literal, inst.shape)
-            elif inst.opcode == "bitcast":
-                src = values[inst.operands[0]]
-                values[inst] = Buffer(inst.shape, src.data)
-            elif inst.opcode == "get-tuple-element":
-                values[inst] = values[inst.operands[0]][inst.tuple_index]
-            elif inst.opcode == "tuple":
-                values[inst] = [values[o] for o in inst.operands]
-            elif inst.opcode == "fusion":
-                values[inst] = self._launch(inst, values)
-            else:
-                raise _unsupported(inst, p.name)
+        entry = self.module.entry
+        if id(entry) not in self.programs:
+            self.build_programs()
+        params: dict[int, Any] = {}
+        for inst in entry.parameters:
+            params[inst.parameter_number] = self._upload_value(args[inst.parameter_number], inst.shape)
+        result, owned = self.programs[id(entry)].run(params)
         p.synchronize()
-        return self._download_value(values[self.module.entry.root])
+        out = self._download_value(result)
+        for data in owned.values():
+            p.free(data)
+        for v in params.values():
+            for b in leaves(v):
+                p.free(b.data)
+        return out
+
+    def build_programs(self) -> None:
+        """A thunk sequence for every computation the module runs (raises for what we cannot
+        run, naming the instruction and its line)."""
+        comps = self.plan.computations or [self.module.entry]
+        self.programs = {id(c): ComputationProgram(self, c) for c in comps}
+
+    def constant(self, inst: HloInstruction) -> Any:
+        """A constant's buffer(s), uploaded on first use and shared by every later use."""
+        v = self._constants.get(id(inst))
+        if v is None:
+            v = self._constants[id(inst)] = self._upload_value(inst.literal, inst.shape)
+        return v
+
+    def read_scalar(self, value: Any) -> Any:
+        """A scalar buffer's value on the host (a while's predicate, a conditional's index)."""
+        if not isinstance(value, Buffer):
+            raise HloUnsupportedError(f"expected a scalar array, got a tuple of {len(value)} values")
+        return from_physical(self.platform.download(value.data, value.shape), value.shape).reshape(-1)[0]
 
     def _launch(self, inst: HloInstruction, values: dict) -> Any:
         plan = self.plan.kernel_for(inst)
@@ -136,6 +166,10 @@ class Executable:
                 raise HloUnsupportedError(f"fusion '%{inst.name}' takes a tuple operand '%{op.name}': not supported")
             ins.append(v.data)
         outs = [Buffer(shape, self.platform.allocate(shape)) for _, shape in output_leaves(inst)]
+        # kernels that update an operand in place (scatter, dynamic-update-slice) start from a
+        # copy of it in their output buffer (XLA aliases the two when the operand is dead)
+        for out_index, operand_index in getattr(plan.spec, "output_initialized_from", {}).items():
+            self.platform.copy(outs[out_index].data, ins[operand_index], outs[out_index].shape)
         self.platform.launch(self.kernels[inst.name], plan, ins + [b.data for b in outs])
         if inst.shape.is_tuple:
             return outs
@@ -152,12 +186,6 @@ class Executable:
         if isinstance(v, list):
             return tuple(self._download_value(x) for x in v)
         return from_physical(self.platform.download(v.data, v.shape), v.shape)
-
-
-def _check_supported(module: HloModule, platform: str) -> None:
-    for inst in module.entry.instructions:
-        if inst.opcode not in ("parameter", "constant", "fusion", *_ALIASING):
-            raise _unsupported(inst, platform)
 
 
 def make_platform(name: str, options: CompileOptions) -> Platform:
@@ -178,8 +206,8 @@ def compile_executable(module: HloModule, platform: str, options: CompileOptions
         options = replace(options, arch=p.arch)
         p.options = options
     plan = plan_module(module, options)
-    _check_supported(plan.module, platform)
     exe = Executable(plan, p)
+    exe.build_programs()
     exe.kernels.update(p.compile_all(plan.kernels))
     exe.compile_seconds = time.perf_counter() - t0
     return exe

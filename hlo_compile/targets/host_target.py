@@ -19,7 +19,7 @@ from typing import Sequence
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ..codegen.llvm_types import F32, F64, I32, I64, PTR, VOID
+from ..codegen.llvm_types import F32, I32, I64, PTR, VOID
 from ..codegen.target import KernelFunction, KernelParam, Target, check_math_args
 from .host_context import CTAID, NCTAID, NTID, TID, Ctx, ctx_field, load_id
 from .host_coro import CoroutineKernel

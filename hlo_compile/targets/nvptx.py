@@ -27,7 +27,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..codegen.errors import CodegenError
-from ..codegen.llvm_types import F32, F64, I32, PTR, VOID
+from ..codegen.llvm_types import F32, I32, PTR, VOID
 from ..codegen.target import KernelFunction, KernelParam, Target, check_math_args
 from ..hlo.errors import HloError
 from .libdevice import default_linker

@@ -20,7 +20,6 @@ from typing import Sequence
 from llvmlite import ir
 
 from ...hlo import HloInstruction
-from ...indexing import affine as A
 from ...indexing.indexing_map import IndexingMap
 from ..affine_emitter import AffineEmitter
 from ..fused_emitter import FusedEmitter, to_storage
@@ -193,3 +192,35 @@ def plan_loop_kernel(fusion: HloInstruction, analysis, device, kernel_name: str)
     part = partition(fusion.fused_computation)
     return LoopKernelSpec(kernel_name, fusion, part, thread_map, root_maps, config.launch, config.unroll_factor,
                           kernel_index_type(fusion, config.launch, config.unroll_factor))
+
+
+@dataclass(frozen=True)
+class LoopFallbackSpec:
+    """The loop emitter's plan for a fusion another emitter declined, and why."""
+
+    loop: LoopKernelSpec
+    declined_by: str
+    why: str
+
+    @property
+    def launch(self) -> LaunchDims:
+        return self.loop.launch
+
+    def emit(self, target: Target) -> ir.Module:
+        return self.loop.emit(target)
+
+    def report_lines(self) -> list[str]:
+        return [f"{self.declined_by} emitter declined ({self.why}): loop emitter, one thread per output element",
+                *self.loop.report_lines()]
+
+    def summary_fields(self) -> dict:
+        return {**self.loop.summary_fields(), "emitter": "loop", "variant": None, "fallback": self.why}
+
+
+def fall_back_to_loop(fusion: HloInstruction, analysis, device, kernel_name: str, declined_by: str,
+                      why: str) -> LoopFallbackSpec:
+    """Plan ``fusion`` with the loop emitter because ``declined_by`` cannot emit it; the
+    analysis then says so (emitter, variant and reason agree with what is emitted)."""
+    analysis.emitter, analysis.variant = "loop", None
+    analysis.reason += f"; {declined_by} emitter declined ({why}), using the loop emitter"
+    return LoopFallbackSpec(plan_loop_kernel(fusion, analysis, device, kernel_name), declined_by, why)

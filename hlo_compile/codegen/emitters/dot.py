@@ -1,0 +1,320 @@
+"""The tiled dot emitter: a fusion whose root is a ``dot`` or elementwise over one (an epilogue).
+
+XLA sends such fusions to cuBLAS or Triton; we emit a classic shared-memory tiled matmul:
+
+- Canonical view of ``dot_general``: B (batch dims) × M (lhs free dims, flattened) × N (rhs
+  free dims, flattened) × K (contracting dims, flattened, paired lhs/rhs in their listed
+  order). The output index of (b, m, n) is (batch dims, lhs free dims, rhs free dims), dot's
+  output order; operands are read through the ``FusedEmitter`` at their real indices, so
+  layouts and fused prologues (converts, transposes, broadcasts...) just work.
+- Block tile BM × BN = 64 × 64, K steps of BK = 16; 256 threads (16 × 16) per block; grid
+  (ceil(N / BN), ceil(M / BM), B).
+- Each K step: the block's threads load the lhs BM × BK tile and the rhs BK × BN tile into
+  shared memory (converted to the accumulation type; zero outside the bounds), ``barrier``,
+  each thread accumulates its 4 × 4 register tile (rows ty + 16 i, columns tx + 16 j) from
+  shared memory (``fma`` for floats), ``barrier``.
+- Epilogue: the accumulator (converted to the dot's type) is injected as the dot's value
+  (``FusedEmitter.inject``) and the root is computed and stored at its physical offset.
+
+Accumulation follows the elemental dot: f32 for f16/bf16/f32 results, f64 for f64, integers
+in the result type. Both targets (NVPTX and host) run this tiled path; there is no
+tensor-core (``mma.sync``) path yet. Refused (loop emitter instead): complex and pred
+element types, tiny dots (B·M·N·K < 4096) and vector products (M < 8 or N < 8), grids
+beyond 65535 in y or z.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from llvmlite import ir
+
+from ...hlo import HloInstruction
+from ..elemental_contraction import _acc_type
+from ..elemental_convert import emit_convert
+from ..fused_emitter import FusedEmitter, to_storage
+from ..fusion_analysis import dot_hero
+from ..kernel_builder import KernelBuilder
+from ..llvm_types import compute_type, storage_type
+from ..partitioner import PartitionedComputation, partition
+from ..target import KernelParam, LaunchDims, Target
+from .loop import fall_back_to_loop, fusion_params, kernel_index_type, output_leaves
+
+BM, BN, BK = 64, 64, 16
+TX, TY = 16, 16
+NUM_THREADS = TX * TY
+RM, RN = BM // TY, BN // TX        # register tile per thread (4 x 4)
+MIN_WORK = 4096                    # B*M*N*K below this: loop emitter
+MIN_MN = 8                         # M or N below this (matrix-vector): loop emitter
+MAX_GRID_YZ = 65535
+
+
+@dataclass(frozen=True)
+class DotGeometry:
+    batch: tuple[int, ...]       # sizes of the batch dims (output order)
+    m_dims: tuple[int, ...]      # lhs free dim sizes
+    n_dims: tuple[int, ...]      # rhs free dim sizes
+    k_dims: tuple[int, ...]      # contracting dim sizes
+    lhs_batch: tuple[int, ...]
+    rhs_batch: tuple[int, ...]
+    lhs_contract: tuple[int, ...]
+    rhs_contract: tuple[int, ...]
+    lhs_free: tuple[int, ...]
+    rhs_free: tuple[int, ...]
+
+    @staticmethod
+    def of(dot: HloInstruction) -> "DotGeometry":
+        dn = dot.dot_dimension_numbers
+        lhs, rhs = (o.shape for o in dot.operands)
+        lb, rb = tuple(dn.lhs_batch_dimensions), tuple(dn.rhs_batch_dimensions)
+        lc, rc = tuple(dn.lhs_contracting_dimensions), tuple(dn.rhs_contracting_dimensions)
+        lf = tuple(i for i in range(lhs.rank) if i not in lb + lc)
+        rf = tuple(i for i in range(rhs.rank) if i not in rb + rc)
+        return DotGeometry(tuple(lhs.dimensions[d] for d in lb), tuple(lhs.dimensions[d] for d in lf),
+                           tuple(rhs.dimensions[d] for d in rf), tuple(lhs.dimensions[d] for d in lc),
+                           lb, rb, lc, rc, lf, rf)
+
+    @property
+    def B(self) -> int:
+        return math.prod(self.batch)
+
+    @property
+    def M(self) -> int:
+        return math.prod(self.m_dims)
+
+    @property
+    def N(self) -> int:
+        return math.prod(self.n_dims)
+
+    @property
+    def K(self) -> int:
+        return math.prod(self.k_dims)
+
+
+@dataclass(frozen=True)
+class DotKernelSpec:
+    kernel_name: str
+    fusion: HloInstruction
+    partitioned: PartitionedComputation
+    dot: HloInstruction
+    root: HloInstruction
+    geometry: DotGeometry
+    acc_type: str
+    launch: LaunchDims
+    index_type: ir.IntType
+    static_shared_bytes: int
+
+    @property
+    def params(self) -> list[KernelParam]:
+        return fusion_params(self.fusion)
+
+    def emit(self, target: Target) -> ir.Module:
+        return emit_dot_kernel(target, self)
+
+    def report_lines(self) -> list[str]:
+        g = self.geometry
+        return [f"dot %{self.dot.name}: B={g.B} M={g.M} N={g.N} K={g.K}, accumulation {self.acc_type}, "
+                f"epilogue root %{self.root.name}",
+                f"tile {BM}x{BN}x{BK} ({NUM_THREADS} threads as {TX}x{TY}, {RM}x{RN} outputs per thread), "
+                f"tiled path on every target (no tensor cores)",
+                f"shared tiles {BK}x{BM} + {BK}x{BN}: {self.static_shared_bytes} B static, "
+                f"index type {self.index_type}",
+                *self.partitioned.to_text().splitlines()]
+
+    def summary_fields(self) -> dict:
+        return {"tile": [BM, BN, BK], "threads_per_block": NUM_THREADS, "register_tile": [RM, RN],
+                "accumulation_type": self.acc_type, "path": "tiled",
+                "static_shared_bytes": self.static_shared_bytes, "index_type": str(self.index_type)}
+
+
+def plan_dot_kernel(fusion: HloInstruction, analysis, device, kernel_name: str):
+    """The tiled dot plan for ``fusion``, or the loop emitter's plan with the reason."""
+    roots = analysis.roots
+    dot = dot_hero(roots)
+    why = _refusal(fusion, dot)
+    if why is not None:
+        return fall_back_to_loop(fusion, analysis, device, kernel_name, "dot", why)
+    g = DotGeometry.of(dot)
+    acc = _acc_type(dot.shape.element_type)
+    launch = LaunchDims((-(-g.N // BN), -(-g.M // BM), g.B), (TX, TY, 1), 0)
+    elt = _bytes(acc)
+    shared = (-(-BK * BM * elt // 16) + -(-BK * BN * elt // 16)) * 16
+    return DotKernelSpec(kernel_name, fusion, partition(fusion.fused_computation), dot, roots[0], g, acc, launch,
+                         kernel_index_type(fusion, launch), shared)
+
+
+def _bytes(et: str) -> int:
+    from ..fusion_analysis import bits_of
+    return max(1, bits_of(et) // 8)
+
+
+def _refusal(fusion: HloInstruction, dot: HloInstruction | None) -> str | None:
+    if dot is None:
+        return "no single dot hero reachable through elementwise ops"
+    types = [dot.shape.element_type] + [o.shape.element_type for o in dot.operands]
+    for t in types:
+        if t.startswith("c") or t == "pred" or not t.startswith(("s", "u", "f", "bf")):
+            return f"{t} elements"
+    leaves = output_leaves(fusion)
+    if len(leaves) != 1 or leaves[0][0].shape.is_tuple:
+        return "more than one output"
+    g = DotGeometry.of(dot)
+    if g.B * g.M * g.N * g.K < MIN_WORK:
+        return f"tiny dot (B*M*N*K = {g.B * g.M * g.N * g.K} < {MIN_WORK})"
+    if g.M < MIN_MN or g.N < MIN_MN:
+        return f"vector product (M={g.M}, N={g.N}; tiles need both >= {MIN_MN})"
+    if -(-g.M // BM) > MAX_GRID_YZ or g.B > MAX_GRID_YZ:
+        return f"grid too large (M tiles {-(-g.M // BM)}, batch {g.B})"
+    return None
+
+
+# ---- emission ------------------------------------------------------------------------------------
+
+def _delinearize(kb: KernelBuilder, v: ir.Value, sizes: Sequence[int]) -> list[ir.Value]:
+    """Row-major coordinates of linear ``v`` in ``sizes``."""
+    b = kb.b
+    out: list = []
+    for k in range(len(sizes) - 1, -1, -1):
+        if k == 0:
+            out.append(v)
+        else:
+            out.append(b.urem(v, kb.index(sizes[k])))
+            v = b.udiv(v, kb.index(sizes[k]))
+    return out[::-1]
+
+
+def _operand_index(rank: int, batch_dims, contract_dims, free_dims, bidx, kidx, fidx) -> list:
+    index: list = [None] * rank
+    for d, v in zip(batch_dims, bidx):
+        index[d] = v
+    for d, v in zip(contract_dims, kidx):
+        index[d] = v
+    for d, v in zip(free_dims, fidx):
+        index[d] = v
+    return index
+
+
+def emit_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
+    module = target.new_module(spec.kernel_name)
+    kf = target.begin_kernel(module, spec.kernel_name, spec.params)
+    kb = KernelBuilder(kf.builder, target, spec.index_type)
+    b = kb.b
+    g = spec.geometry
+    dot = spec.dot
+    lhs, rhs = dot.operands
+    n_in = len(spec.fusion.fused_computation.parameters)
+    fe = FusedEmitter(target, module, spec.kernel_name, spec.partitioned, spec.index_type, inline=True)
+    fe.bind(kb, kf.args[:n_in])
+    out_ptr = kf.args[n_in]
+
+    acc_et = spec.acc_type
+    at = compute_type(acc_et)
+    is_float = acc_et.startswith(("f", "bf"))
+    zero = ir.Constant(at, 0)
+    a_tile = target.shared_array(b, "lhs_tile", at, BK * BM)
+    b_tile = target.shared_array(b, "rhs_tile", at, BK * BN)
+
+    tx, ty = kb.thread_id(0), kb.thread_id(1)
+    tid = b.add(tx, b.mul(ty, kb.index(TX)))
+    m0 = b.mul(kb.block_id(1), kb.index(BM))
+    n0 = b.mul(kb.block_id(0), kb.index(BN))
+    bidx = _delinearize(kb, kb.block_id(2), g.batch) if g.batch else []
+
+    with b.goto_entry_block():
+        slots = [[b.alloca(at, name=f"acc{i}_{j}") for j in range(RN)] for i in range(RM)]
+    for row in slots:
+        for s in row:
+            b.store(zero, s)
+
+    fma = module.declare_intrinsic("llvm.fma", [at], ir.FunctionType(at, [at, at, at])) if is_float else None
+
+    def load(operand: HloInstruction, index: list, conds: list) -> ir.Value:
+        et = operand.shape.element_type
+
+        def read():
+            return emit_convert(b, fe.value(operand, index), et, acc_et)
+        if not conds:
+            with fe.scope():
+                return read()
+        return fe.branch(kb.all_of(conds), read, lambda: zero)
+
+    def store_tile(tile: ir.Value, off: ir.Value, v: ir.Value) -> None:
+        b.store(v, b.gep(tile, [off], inbounds=True, source_etype=at))
+
+    per_thread_a = BM * BK // NUM_THREADS
+    per_thread_b = BN * BK // NUM_THREADS
+    k_steps = -(-g.K // BK)
+    with kb.loop(0, k_steps, name="kstep") as step:
+        with fe.scope():
+            k0 = b.mul(step, kb.index(BK))
+            # lhs tile: BM x BK, k fastest among consecutive threads; stored k-major [BK][BM]
+            for s in range(per_thread_a):
+                lin = b.add(tid, kb.index(s * NUM_THREADS))
+                kk, mm = b.urem(lin, kb.index(BK)), b.udiv(lin, kb.index(BK))
+                m, k = b.add(m0, mm), b.add(k0, kk)
+                conds = ([b.icmp_unsigned("<", m, kb.index(g.M))] if g.M % BM else []) + \
+                        ([b.icmp_unsigned("<", k, kb.index(g.K))] if g.K % BK else [])
+                index = _operand_index(lhs.shape.rank, g.lhs_batch, g.lhs_contract, g.lhs_free, bidx,
+                                       _delinearize(kb, k, g.k_dims), _delinearize(kb, m, g.m_dims))
+                store_tile(a_tile, b.add(b.mul(kk, kb.index(BM)), mm), load(lhs, index, conds))
+            # rhs tile: BK x BN, n fastest; stored [BK][BN]
+            for s in range(per_thread_b):
+                lin = b.add(tid, kb.index(s * NUM_THREADS))
+                nn, kk = b.urem(lin, kb.index(BN)), b.udiv(lin, kb.index(BN))
+                n, k = b.add(n0, nn), b.add(k0, kk)
+                conds = ([b.icmp_unsigned("<", n, kb.index(g.N))] if g.N % BN else []) + \
+                        ([b.icmp_unsigned("<", k, kb.index(g.K))] if g.K % BK else [])
+                index = _operand_index(rhs.shape.rank, g.rhs_batch, g.rhs_contract, g.rhs_free, bidx,
+                                       _delinearize(kb, k, g.k_dims), _delinearize(kb, n, g.n_dims))
+                store_tile(b_tile, b.add(b.mul(kk, kb.index(BN)), nn), load(rhs, index, conds))
+            target.barrier(b)
+            acc = [[b.load(s) for s in row] for row in slots]
+            for kk in range(BK):
+                a_vals = [b.load(b.gep(a_tile, [b.add(ty, kb.index(kk * BM + TY * i))], inbounds=True,
+                                       source_etype=at), typ=at) for i in range(RM)]
+                b_vals = [b.load(b.gep(b_tile, [b.add(tx, kb.index(kk * BN + TX * j))], inbounds=True,
+                                       source_etype=at), typ=at) for j in range(RN)]
+                for i in range(RM):
+                    for j in range(RN):
+                        if is_float:
+                            acc[i][j] = b.call(fma, [a_vals[i], b_vals[j], acc[i][j]])
+                        else:
+                            acc[i][j] = b.add(acc[i][j], b.mul(a_vals[i], b_vals[j]))
+            for i in range(RM):
+                for j in range(RN):
+                    b.store(acc[i][j], slots[i][j])
+            target.barrier(b)
+
+    # epilogue: the accumulator is the dot's value at this thread's outputs
+    current: dict = {}
+
+    def dot_value(index: Sequence[ir.Value]) -> ir.Value:
+        idx, v = current["point"]
+        if len(idx) != len(index) or any(x is not y for x, y in zip(idx, index)):
+            raise AssertionError(f"dot emitter: %{dot.name} read at an index other than its output's")
+        return v
+
+    fe.inject(dot, dot_value)
+    et = spec.root.shape.element_type
+    out_shape = spec.root.shape
+    for i in range(RM):
+        m = b.add(m0, b.add(ty, kb.index(TY * i)))
+        for j in range(RN):
+            n = b.add(n0, b.add(tx, kb.index(TX * j)))
+            conds = ([b.icmp_unsigned("<", m, kb.index(g.M))] if g.M % BM else []) + \
+                    ([b.icmp_unsigned("<", n, kb.index(g.N))] if g.N % BN else [])
+            ctx = kb.if_(kb.all_of(conds)) if conds else None
+            if ctx is not None:
+                ctx.__enter__()
+            with fe.scope():
+                index = [*bidx, *_delinearize(kb, m, g.m_dims), *_delinearize(kb, n, g.n_dims)]
+                v = emit_convert(b, b.load(slots[i][j]), acc_et, dot.shape.element_type)
+                current["point"] = (index, v)
+                r = fe.root_value(spec.root, index)
+                dst = b.gep(out_ptr, [fe.offset(out_shape, index)], inbounds=True, source_etype=storage_type(et))
+                b.store(to_storage(b, r, et), dst)
+            if ctx is not None:
+                ctx.__exit__(None, None, None)
+    target.end_kernel(b)
+    return module

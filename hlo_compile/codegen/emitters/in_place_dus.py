@@ -1,0 +1,138 @@
+"""The in-place dynamic-update-slice emitter: only the updated window is written.
+
+XLA (notes/xla.md §b.3, ``in_place_dynamic_update_slice.cc``) emits a fusion whose roots are
+all dynamic-update-slices (possibly through bitcasts) of a parameter as a kernel over the
+*update* shape: the output buffer already holds the updated operand (XLA aliases the two; our
+runtime copies the operand into the output first, ``output_initialized_from``) and each thread
+writes its update element at ``update index + clamp(start, 0, dim - update_dim)``.
+
+Launch and unroll follow the loop emitter's heuristics on the update shape. Bitcasts between
+a DUS and its root (or between the parameter and the DUS operand) keep every element's
+physical position, so the offset in the DUS shape is the offset in the output buffer.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ...hlo import HloInstruction
+from ...hlo.tiling import physical_size
+from ...indexing.indexing_map import IndexingMap
+from ..affine_emitter import AffineEmitter
+from ..fused_emitter import FusedEmitter, to_storage
+from ..index_ops import _start_index
+from ..kernel_builder import KernelBuilder
+from ..launch import loop_fusion_config, thread_to_output_map
+from ..llvm_types import storage_type
+from ..partitioner import PartitionedComputation, partition
+from ..target import KernelParam, LaunchDims, Target
+from .loop import _maybe_if, fall_back_to_loop, fusion_params, kernel_index_type, output_leaves
+
+
+@dataclass(frozen=True)
+class InPlaceDusKernelSpec:
+    kernel_name: str
+    fusion: HloInstruction
+    partitioned: PartitionedComputation
+    updates: tuple            # the DUS of each output leaf
+    thread_map: IndexingMap   # work item -> update index
+    launch: LaunchDims
+    unroll: int
+    index_type: ir.IntType
+    output_initialized_from: dict
+
+    @property
+    def params(self) -> list[KernelParam]:
+        return fusion_params(self.fusion)
+
+    def emit(self, target: Target) -> ir.Module:
+        return emit_in_place_dus_kernel(target, self)
+
+    def report_lines(self) -> list[str]:
+        upd = self.updates[0].operands[1].shape.to_text(print_layout=False)
+        return [f"in place: {len(self.updates)} dynamic-update-slice(s) over update shape {upd}, "
+                f"unroll {self.unroll}, index type {self.index_type}",
+                f"outputs start as operands: {self.output_initialized_from}",
+                f"thread -> update: {self.thread_map.to_text()}",
+                *self.partitioned.to_text().splitlines()]
+
+    def summary_fields(self) -> dict:
+        return {"unroll": self.unroll, "index_type": str(self.index_type)}
+
+
+def _through_bitcasts(inst: HloInstruction) -> HloInstruction:
+    while inst.opcode == "bitcast":
+        inst = inst.operands[0]
+    return inst
+
+
+def _why_not(fusion: HloInstruction, leaves) -> str | None:
+    """Why this emitter cannot emit ``fusion`` in place (None when it can)."""
+    dus_list = [_through_bitcasts(r) for r, _ in leaves]
+    if any(d.opcode != "dynamic-update-slice" for d in dus_list):
+        return "a root is not a dynamic-update-slice"
+    upd = dus_list[0].operands[1].shape
+    for (root, shape), dus in zip(leaves, dus_list):
+        param = _through_bitcasts(dus.operands[0])
+        if param.opcode != "parameter":
+            return f"the operand of %{dus.name} is not a fusion parameter"
+        if dus.operands[1].shape.dimensions != upd.dimensions:
+            return "the updates have different shapes"
+        for s in (shape, dus.shape, param.shape):
+            if s.layout is not None and s.layout.tiles:
+                return "tiled layouts"
+        if physical_size(param.shape) != physical_size(shape) or \
+                param.shape.element_type != shape.element_type:
+            return f"the output of %{root.name} and its operand differ in size or element type"
+    if upd.element_count() == 0:
+        return "empty update"
+    return None
+
+
+def plan_in_place_dus_kernel(fusion: HloInstruction, analysis, device, kernel_name: str):
+    leaves = output_leaves(fusion)
+    why = _why_not(fusion, leaves)
+    if why is not None:
+        return fall_back_to_loop(fusion, analysis, device, kernel_name, "in-place-dus", why)
+    dus_list = tuple(_through_bitcasts(r) for r, _ in leaves)
+    update_shape = dus_list[0].operands[1].shape
+    config = loop_fusion_config(analysis, device, shape=update_shape)
+    thread_map = thread_to_output_map(update_shape, config)
+    init = {i: _through_bitcasts(d.operands[0]).parameter_number for i, d in enumerate(dus_list)}
+    return InPlaceDusKernelSpec(kernel_name, fusion, partition(fusion.fused_computation), dus_list, thread_map,
+                                config.launch, config.unroll_factor,
+                                kernel_index_type(fusion, config.launch, config.unroll_factor), init)
+
+
+def emit_in_place_dus_kernel(target: Target, spec: InPlaceDusKernelSpec) -> ir.Module:
+    module = target.new_module(spec.kernel_name)
+    kf = target.begin_kernel(module, spec.kernel_name, spec.params)
+    kb = KernelBuilder(kf.builder, target, spec.index_type)
+    b = kb.b
+    n_in = len(spec.fusion.fused_computation.parameters)
+    fe = FusedEmitter(target, module, spec.kernel_name, spec.partitioned, spec.index_type)
+    fe.bind(kb, kf.args[:n_in])
+    out_ptrs = kf.args[n_in:]
+    m = spec.thread_map
+    ids = [kb.thread_id(a) for a in range(3)] + [kb.block_id(a) for a in range(3)]
+    # start indices are the same for every element: load and clamp them once per thread
+    starts = []
+    for dus in spec.updates:
+        dims, udims = dus.shape.dimensions, dus.operands[1].shape.dimensions
+        starts.append([_start_index(fe, dus, 2 + d, n - u) for d, (n, u) in enumerate(zip(dims, udims))])
+    for point in itertools.product(*(range(lo, hi + 1) for lo, hi in m.ranges)):
+        ae = AffineEmitter(kb, ids, [kb.index(s) for s in point], bounds=lambda v: m.bound(v))
+        with _maybe_if(kb, ae.in_bounds(m.constraints)), fe.scope():
+            index = ae.emit_all(m.exprs)
+            stores = []
+            for dus, start, ptr in zip(spec.updates, starts, out_ptrs):
+                v = fe.value(dus.operands[1], index)
+                out_index = [b.add(i, s) for i, s in zip(index, start)]
+                stores.append((dus.shape.element_type, ptr, fe.offset(dus.shape, out_index), v))
+            for et, ptr, off, v in stores:
+                dst = b.gep(ptr, [off], inbounds=True, source_etype=storage_type(et))
+                b.store(to_storage(b, v, et), dst)
+    target.end_kernel(b)
+    return module

@@ -1,0 +1,77 @@
+"""Column reductions (XLA's ``ColumnReductionFusion``); small columns are routed here too.
+
+Normalised shape ``[a, b, c]`` reduced to ``[a, c]``. Blocks ``[a, ceil(c / (32·v))]`` of
+32×32 threads (thread t: ``tx = t mod 32`` picks ``v`` adjacent columns, ``ty = t div 32``
+the rows ``ty, ty + 32, ...``). Each thread folds its rows into ``v`` accumulators, writes
+them transposed into a ``[32·v][33]`` shared tile (padding against bank conflicts), barrier;
+warp ``ty`` then reads column ``ty·v + j`` (lane tx holds row-lane tx's partial), shuffles
+16..1, and lane 0 writes the column's result.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..target import Target
+from .reduction_common import WARP, ReductionEmitter, ReductionKernelSpec, normalized_linear
+
+
+def emit_column_kernel(target: Target, spec: ReductionKernelSpec) -> ir.Module:
+    v = spec.geometry["vector_size"]
+    a_n, b_n, c_n = spec.rd.dimensions
+    e = ReductionEmitter(target, spec)
+    kb, b = e.kb, e.b
+    t = kb.thread_id(0)
+    tx = b.urem(t, kb.index(WARP))
+    ty = b.udiv(t, kb.index(WARP))
+    a = kb.block_id(0)
+    c_base = b.mul(kb.block_id(1), kb.index(WARP * v))
+    accs = e.new_accumulators(v)
+    rows = -(-b_n // WARP)
+    with kb.loop(0, rows, name="rows") as k, e.fe.scope():
+        row = b.add(ty, b.mul(k, kb.index(WARP)))
+        with kb.if_(b.icmp_unsigned("<", row, kb.index(b_n))), e.fe.scope():
+            for j in range(v):
+                c = b.add(c_base, b.add(b.mul(tx, kb.index(v)), kb.index(j)))
+                with kb.if_(b.icmp_unsigned("<", c, kb.index(c_n))), e.fe.scope():
+                    e.accumulate(accs, j, normalized_linear(kb, spec.rd, a, row, c))
+    pitch = WARP + 1
+    arrays = e.shared_arrays("column_tile", WARP * v * pitch)
+    for j in range(v):
+        col = b.add(b.mul(tx, kb.index(v)), kb.index(j))
+        e.store_shared(arrays, b.add(b.mul(col, kb.index(pitch)), ty), e.load(accs, j))
+    target.barrier(b)
+    for j in range(v):
+        col = b.add(b.mul(ty, kb.index(v)), kb.index(j))
+        vals = e.load_shared(arrays, b.add(b.mul(col, kb.index(pitch)), tx), None)
+        vals = e.warp_reduce(vals, WARP // 2)
+        c = b.add(c_base, col)
+        ok = b.and_(b.icmp_unsigned("==", tx, kb.index(0)), b.icmp_unsigned("<", c, kb.index(c_n)))
+        with kb.if_(ok):
+            e.write_results(vals, normalized_linear(kb, spec.rd, a, kb.index(0), c))
+    return e.finish()
+
+
+def column_geometry(rd, vector_size_fn) -> dict:
+    a, _, c = rd.dimensions
+    v = vector_size_fn(c, WARP)
+    return {"vector_size": v, "threads": WARP * WARP, "blocks": [a, -(-c // (WARP * v))],
+            "rows_per_thread": -(-rd.dimensions[1] // WARP)}
+
+
+def column_walks(spec: ReductionKernelSpec):
+    """The column kernel's thread -> normalised-position description (as
+    ``emit_column_kernel``): ``(input linear L, symbol ranges [row loop, vector],
+    constraints)`` and ``(output linear L with b = 0, [vector], writing-thread constraints)``."""
+    from ...indexing import affine as A
+    v = spec.geometry["vector_size"]
+    _, b_n, c_n = spec.rd.dimensions
+    th, a, blk = A.dim(0), A.dim(3), A.dim(4)
+    tx, ty = A.mod(th, WARP), A.floordiv(th, WARP)
+    c_base = A.mul(blk, WARP * v)
+    row = A.add(ty, A.mul(A.sym(0), WARP))
+    c_in = A.add(c_base, A.add(A.mul(tx, v), A.sym(1)))
+    inp = (A.add(A.mul(A.add(A.mul(a, b_n), row), c_n), c_in),
+           [(0, -(-b_n // WARP) - 1), (0, v - 1)], [(row, 0, b_n - 1), (c_in, 0, c_n - 1)])
+    c_out = A.add(c_base, A.add(A.mul(ty, v), A.sym(0)))
+    out = (A.add(A.mul(a, b_n * c_n), c_out), [(0, v - 1)], [(tx, 0, 0), (c_out, 0, c_n - 1)])
+    return inp, out

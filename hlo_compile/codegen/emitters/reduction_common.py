@@ -1,0 +1,320 @@
+"""What the row and column reduction emitters share (notes/xla.md §b.5).
+
+A reduction fusion is viewed through its hero's normalised shape ``[d0, d1, d2]`` in the
+operand's *physical* order (``reduction_dimensions``): row ``[z reduced, y kept, x reduced]``,
+column ``[a kept, b reduced, c kept]``. A point of that shape has the linear index
+``L = (i0·d1 + i1)·d2 + i2`` in the operand's minor-to-major order; delinearising ``L`` over
+any array of the same element count (each hero's operand, each side output) gives that
+array's logical index. The same trick maps a reduced (kept-coordinates) point to the
+hero's output index.
+
+``ReductionEmitter`` holds one kernel's state: per-thread accumulators (one per reducer
+leaf per hero), the accumulate step (prologue fused through ``FusedEmitter.value``; side
+outputs written at the same point), the warp shuffle tree (wide values as 32-bit pieces)
+and the epilogue write (heroes injected into the fused computation).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from llvmlite import ir
+
+from ...hlo import HloInstruction
+from ..elemental_ops import emit_call_computation
+from ..fused_emitter import FusedEmitter, to_storage
+from ..fusion_analysis import ReductionDimensions
+from ..kernel_builder import KernelBuilder
+from ..llvm_types import I32, storage_type
+from ..target import LaunchDims, Target
+from .loop import fusion_params, output_leaves
+
+WARP = 32
+
+
+@dataclass
+class ReductionKernelSpec:
+    """One reduction kernel: the fusion, its heroes and the launch geometry."""
+
+    kernel_name: str
+    fusion: HloInstruction
+    partitioned: object
+    variant: str                       # the code path that emits it: "row", "multi-row", "column"
+    xla_variant: str                   # what XLA would run
+    rd: ReductionDimensions
+    heroes: list[HloInstruction]       # distinct reduce heroes, in root order
+    reduce_roots: list[HloInstruction]  # roots whose hero is a reduce (written after the reduce)
+    side_roots: list[HloInstruction]   # roots written during the input loop
+    launch: LaunchDims
+    index_type: ir.IntType
+    geometry: dict = field(default_factory=dict)  # variant parameters (threads, tile, vector size)
+    notes: list[str] = field(default_factory=list)
+
+    def emit(self, target: Target) -> ir.Module:
+        if self.variant == "column":
+            from .reduction_column import emit_column_kernel
+            return emit_column_kernel(target, self)
+        from .reduction_row import emit_row_kernel
+        return emit_row_kernel(target, self)
+
+    # ---- thread -> data maps (XLA's reduction indexing, notes §b.5) -----------------------------
+    def _walks(self):
+        if self.variant == "column":
+            from .reduction_column import column_walks
+            return column_walks(self)
+        from .reduction_row import row_walks
+        return row_walks(self)
+
+    def thread_to_input_map(self, hero: int = 0, operand: int = 0):
+        """``(th_x, th_y, th_z, bl_x, bl_y, bl_z)[loops..., vector] -> index`` of the hero's
+        ``operand`` that the thread folds (row symbols: z, tile, vector; column: row loop,
+        vector); the normalised position is delinearised in the operand's physical order."""
+        from .transpose_tiling import expr_delinearize, thread_map
+        (linear, ranges, cons), _ = self._walks()
+        shape = self.heroes[hero].operands[operand].shape
+        return thread_map(expr_delinearize(linear, shape.dimensions, shape.minor_to_major), self.launch, ranges,
+                          cons)
+
+    def thread_to_output_map(self, root: int = 0):
+        """``(th_x, ..., bl_z)[vector?] -> index`` of reduce root ``root`` (first leaf of a
+        tuple) written by the thread; the constraints select the writing thread."""
+        from .transpose_tiling import expr_delinearize, expr_linearize, thread_map
+        _, (linear, ranges, cons) = self._walks()
+        r = self.reduce_roots[root]
+        hero = _hero_of(r, self.heroes)
+        op = hero.operands[0].shape
+        full = expr_delinearize(linear, op.dimensions, op.minor_to_major)
+        index = [e for d, e in enumerate(full) if d not in set(hero.dimensions)]
+        if r is not hero:
+            hs, rs = _array_shape(hero), _array_shape(r)
+            index = expr_delinearize(expr_linearize(index, hs.dimensions, hs.minor_to_major), rs.dimensions,
+                                     rs.minor_to_major)
+        return thread_map(index, self.launch, ranges, cons)
+
+    def report_lines(self) -> list[str]:
+        geo = ", ".join(f"{k} {v}" for k, v in self.geometry.items())
+        lines = [f"reduction {self.variant} (XLA: {self.xla_variant}) over [{', '.join(map(str, self.rd.dimensions))}]"
+                 f": {geo}, index type {self.index_type}",
+                 f"heroes: {', '.join('%' + h.name for h in self.heroes)}"
+                 + (f"; side outputs: {', '.join('%' + r.name for r in self.side_roots)}" if self.side_roots else "")]
+        lines.append(f"thread -> input (%{self.heroes[0].operands[0].name}): {self.thread_to_input_map()}")
+        lines += [f"thread -> output (%{r.name}): {self.thread_to_output_map(i)}" for i, r in enumerate(self.reduce_roots)]
+        return lines + self.notes + self.partitioned.to_text().splitlines()
+
+    def summary_fields(self) -> dict:
+        return {"reduction_path": self.variant, **{k: v for k, v in self.geometry.items()},
+                "index_type": str(self.index_type)}
+
+
+# ---- index helpers ---------------------------------------------------------------------------
+
+def delinearize(kb: KernelBuilder, linear: ir.Value, shape) -> list[ir.Value]:
+    """Logical index of physical (minor-to-major, untiled) position ``linear`` in ``shape``."""
+    b = kb.b
+    dims = shape.dimensions
+    out: list[ir.Value] = [kb.index(0)] * len(dims)
+    stride = 1
+    total = math.prod(dims)
+    for d in shape.minor_to_major:
+        n = dims[d]
+        if n != 1:
+            q = linear if stride == 1 else b.udiv(linear, kb.index(stride))
+            out[d] = q if stride * n == total else b.urem(q, kb.index(n))
+        stride *= n
+    return out
+
+
+def linearize(kb: KernelBuilder, index: Sequence[ir.Value], shape) -> ir.Value:
+    b = kb.b
+    out, stride = kb.index(0), 1
+    for d in shape.minor_to_major:
+        if shape.dimensions[d] != 1:
+            out = b.add(out, b.mul(index[d], kb.index(stride)) if stride != 1 else index[d])
+        stride *= shape.dimensions[d]
+    return out
+
+
+def normalized_linear(kb: KernelBuilder, rd: ReductionDimensions, i0, i1, i2) -> ir.Value:
+    b = kb.b
+    _, d1, d2 = rd.dimensions
+    return b.add(b.mul(b.add(b.mul(i0, kb.index(d1)), i1), kb.index(d2)), i2)
+
+
+def kept_index(kb: KernelBuilder, hero: HloInstruction, linear: ir.Value) -> list[ir.Value]:
+    """The hero's output index for the operand position ``linear`` (reduced coordinates 0)."""
+    full = delinearize(kb, linear, hero.operands[0].shape)
+    reduced = set(hero.dimensions)
+    return [v for d, v in enumerate(full) if d not in reduced]
+
+
+# ---- shuffles ------------------------------------------------------------------------------
+
+def shuffle_down(b: ir.IRBuilder, target: Target, v: ir.Value, delta: int) -> ir.Value:
+    """``shfl.down`` of any scalar: 32-bit values directly, narrower ones widened, wider ones
+    as several 32-bit pieces."""
+    t = v.type
+    if t == I32 or str(t) == "float":
+        return target.shfl_down(b, v, delta)
+    if str(t) in ("half", "bfloat"):
+        w = b.zext(b.bitcast(v, ir.IntType(16)), I32)
+        return b.bitcast(b.trunc(target.shfl_down(b, w, delta), ir.IntType(16)), t)
+    if str(t) == "double":
+        return b.bitcast(shuffle_down(b, target, b.bitcast(v, ir.IntType(64)), delta), t)
+    if isinstance(t, ir.IntType):
+        if t.width < 32:
+            return b.trunc(target.shfl_down(b, b.zext(v, I32), delta), t)
+        out = ir.Constant(t, 0)
+        for k in range(0, t.width, 32):
+            piece = b.trunc(b.lshr(v, ir.Constant(t, k)) if k else v, I32)
+            got = b.zext(target.shfl_down(b, piece, delta), t)
+            out = b.or_(out, b.shl(got, ir.Constant(t, k)) if k else got)
+        return out
+    raise ValueError(f"cannot shuffle values of type {t}")
+
+
+def shared_type(t: ir.Type) -> ir.Type:
+    return ir.IntType(8) if t == ir.IntType(1) else t
+
+
+# ---- the kernel state ------------------------------------------------------------------------
+
+class ReductionEmitter:
+    """Accumulators, accumulate step, warp reduction and output writes of one kernel."""
+
+    def __init__(self, target: Target, spec: ReductionKernelSpec):
+        self.target, self.spec = target, spec
+        self.module = target.new_module(spec.kernel_name)
+        self.kf = target.begin_kernel(self.module, spec.kernel_name, fusion_params(spec.fusion))
+        self.kb = KernelBuilder(self.kf.builder, target, spec.index_type)
+        self.b = self.kb.b
+        comp = spec.fusion.fused_computation
+        n_in = len(comp.parameters)
+        self.fe = FusedEmitter(target, self.module, spec.kernel_name, spec.partitioned, spec.index_type,
+                               inline=True)
+        self.fe.bind(self.kb, self.kf.args[:n_in])
+        self.out_ptrs: dict[int, list] = {}
+        leaves = output_leaves(spec.fusion)
+        for (root, shape), ptr in zip(leaves, self.kf.args[n_in:]):
+            self.out_ptrs.setdefault(id(root), []).append((shape, ptr))
+        # reducer leaves per hero: (inputs, inits, types)
+        self.n_inputs = {id(h): len(h.operands) // 2 for h in spec.heroes}
+        self.inits = {id(h): [self.fe.value(i, ()) for i in h.operands[self.n_inputs[id(h)]:]] for h in spec.heroes}
+
+    # accumulators: one alloca per (hero, leaf, slot)
+    def new_accumulators(self, slots: int = 1) -> dict:
+        accs = {}
+        for h in self.spec.heroes:
+            per_slot = []
+            for _ in range(slots):
+                with self.b.goto_entry_block():
+                    allocas = [self.b.alloca(v.type) for v in self.inits[id(h)]]
+                for a, v in zip(allocas, self.inits[id(h)]):
+                    self.b.store(v, a)
+                per_slot.append(allocas)
+            accs[id(h)] = per_slot
+        return accs
+
+    def accumulate(self, accs: dict, slot: int, linear: ir.Value) -> None:
+        """Fold the operand element at ``linear`` into every hero's accumulator ``slot`` and
+        write the side outputs at that point (call inside a guarded scope)."""
+        b = self.b
+        for h in self.spec.heroes:
+            n = self.n_inputs[id(h)]
+            idx = delinearize(self.kb, linear, h.operands[0].shape)
+            vals = [self.fe.value(x, idx) for x in h.operands[:n]]
+            cur = [b.load(a) for a in accs[id(h)][slot]]
+            new = emit_call_computation(b, self.target, h.to_apply, cur + vals)
+            for a, v in zip(accs[id(h)][slot], new):
+                b.store(v, a)
+        for r in self.spec.side_roots:
+            for shape, _ in self.out_ptrs[id(r)][:1]:
+                self.store_root(r, delinearize(self.kb, linear, shape))
+
+    def load(self, accs: dict, slot: int) -> dict:
+        return {k: [self.b.load(a) for a in v[slot]] for k, v in accs.items()}
+
+    def warp_reduce(self, vals: dict, max_distance: int = 16) -> dict:
+        """Shuffle tree with distances ``max_distance .. 1``; lane 0 of each group ends with
+        the group's reduction."""
+        b = self.b
+        d = max_distance
+        while d >= 1:
+            new = {}
+            for h in self.spec.heroes:
+                mine = vals[id(h)]
+                theirs = [shuffle_down(b, self.target, v, d) for v in mine]
+                new[id(h)] = emit_call_computation(b, self.target, h.to_apply, mine + theirs)
+            vals = new
+            d //= 2
+        return vals
+
+    def shared_arrays(self, name: str, count: int) -> dict:
+        return {id(h): [self.target.shared_array(self.b, f"{name}{k}.{i}", shared_type(v.type), count)
+                        for i, v in enumerate(self.inits[id(h)])] for k, h in enumerate(self.spec.heroes)}
+
+    def store_shared(self, arrays: dict, index: ir.Value, vals: dict) -> None:
+        for key, ptrs in arrays.items():
+            for p, v in zip(ptrs, vals[key]):
+                st = shared_type(v.type)
+                vv = self.b.zext(v, st) if st != v.type else v
+                self.b.store(vv, self.b.gep(p, [index], inbounds=True, source_etype=st))
+
+    def load_shared(self, arrays: dict, index: ir.Value, valid: ir.Value | None) -> dict:
+        """Shared values at ``index`` (the init value where ``valid`` is false; the index is
+        clamped by the caller)."""
+        out = {}
+        for h in self.spec.heroes:
+            vs = []
+            for p, init in zip(arrays[id(h)], self.inits[id(h)]):
+                st = shared_type(init.type)
+                v = self.b.load(self.b.gep(p, [index], inbounds=True, source_etype=st), typ=st)
+                if st != init.type:
+                    v = self.b.trunc(v, init.type)
+                vs.append(v if valid is None else self.b.select(valid, v, init))
+            out[id(h)] = vs
+        return out
+
+    # ---- outputs -----------------------------------------------------------------------------
+    def store_root(self, root: HloInstruction, index: Sequence[ir.Value]) -> None:
+        v = self.fe.value(root, index)
+        leaves = v if isinstance(v, list) else [v]
+        for (shape, ptr), leaf in zip(self.out_ptrs[id(root)], leaves):
+            et = shape.element_type
+            dst = self.b.gep(ptr, [self.fe.offset(shape, index)], inbounds=True, source_etype=storage_type(et))
+            self.b.store(to_storage(self.b, leaf, et), dst)
+
+    def write_results(self, vals: dict, linear: ir.Value) -> None:
+        """Write every reduce root (epilogue included) for the kept point at operand position
+        ``linear`` (reduced coordinates 0); the heroes are injected with ``vals``."""
+        fe = self.fe
+        with fe.scope():
+            for h in self.spec.heroes:
+                v = vals[id(h)]
+                fe.injected[h] = (lambda _idx, v=v: list(v) if len(v) > 1 else v[0])
+            for r in self.spec.reduce_roots:
+                hero = _hero_of(r, self.spec.heroes)
+                hidx = kept_index(self.kb, hero, linear)
+                if r is hero:
+                    idx = hidx
+                else:
+                    idx = delinearize(self.kb, linearize(self.kb, hidx, hero.shape), _array_shape(r))
+                self.store_root(r, idx)
+            for h in self.spec.heroes:
+                fe.injected.pop(h, None)
+
+    def finish(self) -> ir.Module:
+        self.target.end_kernel(self.b)
+        return self.module
+
+
+def _array_shape(inst: HloInstruction):
+    return inst.shape.tuple_shapes[0] if inst.shape.is_tuple else inst.shape
+
+
+def _hero_of(root: HloInstruction, heroes: list[HloInstruction]) -> HloInstruction:
+    from ..fusion_analysis import find_hero
+    h = find_hero(root)
+    assert h in heroes, (root.name, h.name)
+    return h
+

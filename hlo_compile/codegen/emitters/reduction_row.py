@@ -1,0 +1,109 @@
+"""Row and multi-row reductions (XLA's ``RowReductionFusion`` / ``MultiRowReductionFusion``).
+
+Normalised shape ``[z, y, x]`` reduced to ``[y]``. A block has ``nk`` kept rows of ``nr``
+reducing threads (thread t: ``tx = t mod nr``, ``ty = t div nr``; row ``y = bl_x·nk + ty``).
+Each thread folds ``x = (t·nr + tx)·v + j`` for every ``z``, tile step ``t`` and vector lane
+``j`` into its accumulators, then:
+
+- row (``nr`` a multiple of 32): warp shuffle tree 16..1; with more than one warp per row,
+  lane 0 of each warp writes its partial to shared ``[nk][warps (+1 if a multiple of 32)]``,
+  barrier, every warp reads its row's partials (init for missing warps) and shuffles again;
+- multi-row (``nr`` a power of two ≤ 32, several rows per warp): one shuffle tree from
+  ``nr/2``, no shared memory.
+
+The thread with ``tx == 0`` applies the epilogue and writes. Every thread reaches every
+shuffle and barrier (out-of-range threads fold nothing), so nothing diverges.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..target import Target
+from .reduction_common import WARP, ReductionEmitter, ReductionKernelSpec, normalized_linear
+
+
+def emit_row_kernel(target: Target, spec: ReductionKernelSpec) -> ir.Module:
+    g = spec.geometry
+    nr, nk, v, tile = g["reduce_threads"], g["kept_threads"], g["vector_size"], g["tile"]
+    z, y_n, x_n = spec.rd.dimensions
+    e = ReductionEmitter(target, spec)
+    kb, b = e.kb, e.b
+    t = kb.thread_id(0)
+    tx = b.urem(t, kb.index(nr))
+    ty = b.udiv(t, kb.index(nr))
+    y = b.add(b.mul(kb.block_id(0), kb.index(nk)), ty)
+    y_ok = b.and_(b.icmp_unsigned("<", y, kb.index(y_n)), b.icmp_unsigned("<", ty, kb.index(nk)))
+    accs = e.new_accumulators()
+    with kb.if_(y_ok):
+        with kb.loop(0, z, name="z") as iz, e.fe.scope():
+            with kb.loop(0, tile, name="tile") as it, e.fe.scope():
+                base = b.mul(b.add(b.mul(it, kb.index(nr)), tx), kb.index(v))
+                for j in range(v):
+                    x = b.add(base, kb.index(j)) if j else base
+                    guard = b.icmp_unsigned("<", x, kb.index(x_n))
+                    with kb.if_(guard), e.fe.scope():
+                        e.accumulate(accs, 0, normalized_linear(kb, spec.rd, iz, y, x))
+    vals = e.load(accs, 0)
+    if nr < WARP:  # multi-row: rows of nr lanes, nr a power of two
+        vals = e.warp_reduce(vals, nr // 2)
+    else:
+        vals = e.warp_reduce(vals, WARP // 2)
+        warps = nr // WARP
+        if warps > 1:
+            stride = warps + (1 if warps % WARP == 0 else 0)
+            arrays = e.shared_arrays("row_partials", nk * stride)
+            lane = b.urem(tx, kb.index(WARP))
+            warp = b.udiv(tx, kb.index(WARP))
+            row_base = b.mul(ty, kb.index(stride))
+            with kb.if_(b.icmp_unsigned("==", lane, kb.index(0))):
+                e.store_shared(arrays, b.add(row_base, warp), vals)
+            target.barrier(b)
+            valid = b.icmp_unsigned("<", lane, kb.index(warps))
+            slot = b.select(valid, lane, kb.index(0))
+            vals = e.load_shared(arrays, b.add(row_base, slot), valid)
+            vals = e.warp_reduce(vals, WARP // 2)
+    with kb.if_(b.and_(y_ok, b.icmp_unsigned("==", tx, kb.index(0)))):
+        e.write_results(vals, normalized_linear(kb, spec.rd, kb.index(0), y, kb.index(0)))
+    return e.finish()
+
+
+def row_geometry(rd, vector_size_fn) -> dict:
+    """XLA's row reduction launch: reducing threads, kept-row threads, vector size, tile."""
+    _, y, x = rd.dimensions
+    nr = min(1024, -(-(-(-x // 16)) // WARP) * WARP)
+    nk = 1
+    if 2 * nr <= 256:
+        nk = y if y * nr <= 256 else 256 // nr
+    v = vector_size_fn(x, nr)
+    tile = min(16 // v, -(-(x // v) // nr))
+    blocks_x = -(-(x // v) // (tile * nr))
+    return {"reduce_threads": nr, "kept_threads": nk, "vector_size": v, "tile": tile,
+            "threads": nr * nk, "blocks": -(-y // nk), "reduced_blocks": blocks_x}
+
+
+def multi_row_geometry(rd, v: int) -> dict:
+    _, y, x = rd.dimensions
+    nr = x // v
+    nk = y if y * nr <= 256 else 256 // nr
+    threads = -(-(nr * nk) // WARP) * WARP   # whole warps: extra threads fold nothing
+    return {"reduce_threads": nr, "kept_threads": nk, "vector_size": v, "tile": 1,
+            "threads": threads, "blocks": -(-y // nk), "reduced_blocks": 1}
+
+
+def row_walks(spec: ReductionKernelSpec):
+    """The row kernel's thread -> normalised-position description (as ``emit_row_kernel``):
+    ``(input linear L, symbol ranges [z, tile, vector], constraints)`` and ``(output linear L
+    with z = x = 0, [], constraints selecting the writing thread)``."""
+    from ...indexing import affine as A
+    g = spec.geometry
+    nr, nk, v, tile = g["reduce_threads"], g["kept_threads"], g["vector_size"], g["tile"]
+    z, y_n, x_n = spec.rd.dimensions
+    th, bl = A.dim(0), A.dim(3)
+    tx, ty = A.mod(th, nr), A.floordiv(th, nr)
+    y = A.add(A.mul(bl, nk), ty)
+    kept = [(ty, 0, nk - 1), (y, 0, y_n - 1)]
+    x = A.add(A.mul(A.add(A.mul(A.sym(1), nr), tx), v), A.sym(2))
+    linear = A.add(A.mul(A.add(A.mul(A.sym(0), y_n), y), x_n), x)
+    inp = (linear, [(0, z - 1), (0, tile - 1), (0, v - 1)], kept + [(x, 0, x_n - 1)])
+    out = (A.mul(y, x_n), [], kept + [(tx, 0, 0)])
+    return inp, out

@@ -1,0 +1,256 @@
+"""The scatter emitter: one thread per update element, combining into the output in place.
+
+XLA (notes/xla.md §b.3, ``scatter.cc``): the output buffer starts as the scatter operand (XLA
+aliases them; our runtime copies the operand into the output first, ``output_initialized_from``)
+and the launch covers the updates tensor (loop launch dims, one element per thread: the
+"distributed updates" variant; XLA's "distributed indices" variant for large sorted inputs
+is not implemented). A thread at update index ``u``:
+
+- reads the scatter index vector at ``u``'s scatter (non-window) dims, maps its components to
+  operand dims (``scatter_dims_to_operand_dims``), adds the window offset (``u`` at
+  ``update_window_dims``, skipping ``inserted_window_dims`` and ``input_batching_dims``) and,
+  for batching dims, the batch position itself;
+- skips the element unless the *whole* window lies in bounds (``0 <= start <= dim - window``
+  for every indexed dim, as XLA checks; so a partially out-of-bounds window writes nothing);
+- combines ``to_apply(current, update)`` into the output: a plain load/combine/store when
+  ``unique_indices``; otherwise an ``atomicrmw`` when the combiner is an add (integers, f32,
+  f64), max or min (integers) of its two parameters; otherwise a compare-and-swap loop on the
+  32- or 64-bit word holding the element, running the emitted combiner (elements narrower
+  than 32 bits are updated inside their enclosing aligned 32-bit word).
+
+Float max/min go through the CAS loop because LLVM's ``fmax``/``fmin`` atomics ignore NaNs
+while XLA's maximum/minimum propagate them. The word of a narrow element may extend up to 3
+bytes past the end of the buffer (never past an allocation granule on either platform).
+
+Variadic scatter (several operands and updates) is emitted only with ``unique_indices``
+(the combiner's tuple result is stored element by element); with possibly repeated indices
+it would need a lock per output position, and the loop emitter cannot emit a scatter at all,
+so it is refused (``HloUnsupportedError`` naming the instruction). ``indices_are_sorted``
+only selects XLA's other variant; it does not change the results here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ...hlo import HloInstruction
+from ...hlo.errors import HloUnsupportedError
+from ...indexing.indexing_map import IndexingMap
+from ..affine_emitter import AffineEmitter
+from ..elemental_ops import emit_call_computation
+from ..fused_emitter import FusedEmitter, from_storage, to_storage
+from ..kernel_builder import KernelBuilder
+from ..launch import LoopConfig, loop_launch_dims, thread_to_output_map
+from ..llvm_types import I32, I64, storage_type
+from ..partitioner import PartitionedComputation, partition
+from ..target import KernelParam, LaunchDims, Target
+from .loop import _maybe_if, fusion_params, kernel_index_type
+
+_RMW_OPS = {"add": ("fadd", "add", "add"), "maximum": (None, "max", "umax"), "minimum": (None, "min", "umin")}
+
+
+@dataclass(frozen=True)
+class ScatterKernelSpec:
+    kernel_name: str
+    fusion: HloInstruction
+    partitioned: PartitionedComputation
+    scatter: HloInstruction
+    thread_map: IndexingMap     # work item -> update index
+    launch: LaunchDims
+    index_type: ir.IntType
+    combine: str                # "store" | "atomicrmw <op>" | "cas"
+    output_initialized_from: dict
+
+    @property
+    def params(self) -> list[KernelParam]:
+        return fusion_params(self.fusion)
+
+    def emit(self, target: Target) -> ir.Module:
+        return emit_scatter_kernel(target, self)
+
+    def report_lines(self) -> list[str]:
+        n = len(self.scatter.operands) // 2
+        upd = self.scatter.operands[n + 1].shape.to_text(print_layout=False)
+        return [f"scatter %{self.scatter.name}: one thread per update element of {upd}, combine by "
+                f"{self.combine}, index type {self.index_type}",
+                f"outputs start as operands: {self.output_initialized_from}",
+                f"thread -> update: {self.thread_map.to_text()}",
+                *self.partitioned.to_text().splitlines()]
+
+    def summary_fields(self) -> dict:
+        return {"unroll": 1, "index_type": str(self.index_type), "combine": self.combine}
+
+
+def _where(inst: HloInstruction) -> str:
+    loc = getattr(inst, "location", None)
+    return f" (line {loc.line})" if loc is not None else ""
+
+
+def _refuse(scatter: HloInstruction, why: str) -> HloUnsupportedError:
+    return HloUnsupportedError(f"scatter '%{scatter.name}'{_where(scatter)}: {why}; the loop emitter cannot "
+                               "emit a scatter")
+
+
+def rmw_op(scatter: HloInstruction) -> str | None:
+    """The ``atomicrmw`` operation equivalent to the combiner, if there is one."""
+    comp = scatter.to_apply
+    root, params = comp.root, comp.parameters
+    if scatter.shape.is_tuple or len(params) != 2 or root.opcode not in _RMW_OPS:
+        return None
+    if {id(o) for o in root.operands} != {id(p) for p in params} or len(root.operands) != 2:
+        return None
+    et = scatter.shape.element_type
+    fop, sop, uop = _RMW_OPS[root.opcode]
+    if et in ("f32", "f64"):
+        return fop
+    if et in ("s32", "s64"):
+        return sop
+    if et in ("u32", "u64"):
+        return uop
+    return None
+
+
+def plan_scatter_kernel(fusion: HloInstruction, analysis, device, kernel_name: str) -> ScatterKernelSpec:
+    scatter = analysis.roots[0]
+    if scatter.opcode != "scatter":
+        raise _refuse(scatter, "the fusion root is not the scatter")
+    n = len(scatter.operands) // 2
+    for k in range(n):
+        if scatter.operands[k].opcode != "parameter":
+            raise _refuse(scatter, f"operand {k} is not a fusion parameter (it must start the output buffer)")
+    if n > 1 and not scatter.attr("unique_indices", False):
+        raise _refuse(scatter, f"variadic scatter ({n} operands) without unique_indices needs a lock per element")
+    updates = scatter.operands[n + 1].shape
+    unique = bool(scatter.attr("unique_indices", False))
+    op = None if unique else rmw_op(scatter)
+    combine = "store" if unique else (f"atomicrmw {op}" if op else "cas")
+    num = max(updates.element_count(), 1)
+    config = LoopConfig(1, loop_launch_dims(num, 1, device), updates)
+    thread_map = thread_to_output_map(updates, config)
+    init = {k: scatter.operands[k].parameter_number for k in range(n)}
+    return ScatterKernelSpec(kernel_name, fusion, partition(fusion.fused_computation), scatter, thread_map,
+                             config.launch, kernel_index_type(fusion, config.launch), combine, init)
+
+
+def _operand_index(kb: KernelBuilder, fe: FusedEmitter, scatter: HloInstruction, u: list[ir.Value]):
+    """(operand index, [in-bounds conditions]) of update element ``u``."""
+    b = kb.b
+    n = len(scatter.operands) // 2
+    operand_shape = scatter.operands[0].shape
+    indices = scatter.operands[n]
+    udims = scatter.operands[n + 1].shape.dimensions
+    dn = scatter.scatter_dimension_numbers
+    uwd = list(dn.update_window_dims)
+    scatter_dims = [d for d in range(len(udims)) if d not in uwd]
+    window_operand = [d for d in range(operand_shape.rank)
+                      if d not in dn.inserted_window_dims and d not in dn.input_batching_dims]
+    ivd = dn.index_vector_dim
+    batch = [u[d] for d in scatter_dims]
+    full: list[ir.Value] = [kb.index(0)] * operand_shape.rank
+    conds: list[ir.Value] = []
+    for k, od in enumerate(dn.scatter_dims_to_operand_dims):
+        idx = list(batch)
+        if ivd < indices.shape.rank:
+            idx.insert(ivd, kb.index(k))
+        raw = fe.value(indices, idx)
+        et = indices.shape.element_type
+        wide = raw if raw.type.width == 64 else (b.zext(raw, I64) if et.startswith("u") else b.sext(raw, I64))
+        size = udims[uwd[window_operand.index(od)]] if od in window_operand else 1
+        limit = operand_shape.dimensions[od] - size
+        # one unsigned compare: negative starts wrap to huge values
+        conds.append(b.icmp_unsigned("<=", wide, ir.Constant(I64, limit)) if limit >= 0
+                     else ir.Constant(ir.IntType(1), 0))
+        full[od] = b.add(full[od], kb.as_index(wide))
+    for ob, sb in zip(dn.input_batching_dims, dn.scatter_indices_batching_dims):
+        full[ob] = b.add(full[ob], batch[sb if sb < ivd else sb - 1])
+    for i, od in enumerate(window_operand):
+        full[od] = b.add(full[od], u[uwd[i]])
+    return full, conds
+
+
+def emit_scatter_kernel(target: Target, spec: ScatterKernelSpec) -> ir.Module:
+    module = target.new_module(spec.kernel_name)
+    kf = target.begin_kernel(module, spec.kernel_name, spec.params)
+    kb = KernelBuilder(kf.builder, target, spec.index_type)
+    b = kb.b
+    scatter = spec.scatter
+    n_in = len(spec.fusion.fused_computation.parameters)
+    n = len(scatter.operands) // 2
+    fe = FusedEmitter(target, module, spec.kernel_name, spec.partitioned, spec.index_type)
+    fe.bind(kb, kf.args[:n_in])
+    out_ptrs = kf.args[n_in:]
+    m = spec.thread_map
+    ids = [kb.thread_id(a) for a in range(3)] + [kb.block_id(a) for a in range(3)]
+    ae = AffineEmitter(kb, ids, [kb.index(lo) for lo, _ in m.ranges], bounds=lambda v: m.bound(v))
+    if scatter.operands[n + 1].shape.element_count() == 0:
+        target.end_kernel(b)
+        return module
+    with _maybe_if(kb, ae.in_bounds(m.constraints)):
+        u = ae.emit_all(m.exprs)
+        full, conds = _operand_index(kb, fe, scatter, u)
+        with _maybe_if(kb, conds), fe.scope():
+            values = [fe.value(scatter.operands[n + 1 + k], u) for k in range(n)]
+            shapes = scatter.shape.tuple_shapes if scatter.shape.is_tuple else [scatter.shape]
+            ptrs = []
+            for k, shape in enumerate(shapes):
+                et = shape.element_type
+                ptrs.append(b.gep(out_ptrs[k], [fe.offset(shape, full)], inbounds=True,
+                                  source_etype=storage_type(et)))
+            if spec.combine == "store":
+                _combine_store(b, target, scatter, shapes, ptrs, values)
+            elif spec.combine.startswith("atomicrmw"):
+                et = shapes[0].element_type
+                b.atomic_rmw(spec.combine.split()[1], ptrs[0], to_storage(b, values[0], et), "monotonic")
+            else:
+                _combine_cas(b, target, scatter, shapes[0], ptrs[0], values[0])
+    target.end_kernel(b)
+    return module
+
+
+def _combine_store(b: ir.IRBuilder, target: Target, scatter, shapes, ptrs, values) -> None:
+    current = [from_storage(b, b.load(p, typ=storage_type(s.element_type)), s.element_type)
+               for s, p in zip(shapes, ptrs)]
+    new = emit_call_computation(b, target, scatter.to_apply, [*current, *values])
+    for s, p, v in zip(shapes, ptrs, new):
+        b.store(to_storage(b, v, s.element_type), p)
+
+
+def _combine_cas(b: ir.IRBuilder, target: Target, scatter, shape, ptr: ir.Value, value: ir.Value) -> None:
+    """``*ptr = to_apply(*ptr, value)`` atomically, by compare-and-swap on the enclosing word."""
+    et = shape.element_type
+    st = storage_type(et)
+    bits = st.width if isinstance(st, ir.IntType) else {"half": 16, "bfloat": 16, "float": 32, "double": 64}[str(st)]
+    elem_int = ir.IntType(bits)
+    if bits >= 32:
+        word_t, word_ptr, shift = elem_int, ptr, None
+    else:
+        # the aligned 32-bit word holding the element; little-endian on both targets
+        addr = b.ptrtoint(ptr, I64)
+        word_ptr = b.inttoptr(b.and_(addr, ir.Constant(I64, ~3)), ptr.type)
+        shift = b.trunc(b.shl(b.and_(addr, ir.Constant(I64, 3)), ir.Constant(I64, 3)), I32)
+        word_t = I32
+    start = b.load_atomic(word_ptr, "monotonic", word_t.width // 8, typ=word_t)
+    pre = b.block
+    loop = b.append_basic_block("cas.loop")
+    done = b.append_basic_block("cas.done")
+    b.branch(loop)
+    b.position_at_end(loop)
+    cur = b.phi(word_t, name="cas.cur")
+    cur.add_incoming(start, pre)
+    raw = cur if shift is None else b.trunc(b.lshr(cur, shift), elem_int)
+    old = from_storage(b, raw if isinstance(st, ir.IntType) else b.bitcast(raw, st), et)
+    new, = emit_call_computation(b, target, scatter.to_apply, [old, value])
+    new_raw = to_storage(b, new, et)
+    if not isinstance(st, ir.IntType):
+        new_raw = b.bitcast(new_raw, elem_int)
+    if shift is None:
+        new_word = new_raw
+    else:
+        mask = b.shl(ir.Constant(I32, (1 << bits) - 1), shift)
+        new_word = b.or_(b.and_(cur, b.not_(mask)), b.shl(b.zext(new_raw, I32), shift))
+    pair = b.cmpxchg(word_ptr, cur, new_word, "monotonic", "monotonic")
+    seen, ok = b.extract_value(pair, 0), b.extract_value(pair, 1)
+    cur.add_incoming(seen, b.block)
+    b.cbranch(ok, done, loop)
+    b.position_at_end(done)

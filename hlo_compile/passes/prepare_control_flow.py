@@ -1,0 +1,108 @@
+"""Prepare the computations that ``while`` and ``conditional`` run, as ENTRY is prepared.
+
+The runtime runs a ``while``'s condition and body and a ``conditional``'s branches as
+sub-executables of their own (DESIGN §4): each is a thunk sequence over fusions, exactly like
+ENTRY. So each such computation goes through the same rewrites as ENTRY: its ``call``s are
+inlined (``inline_calls``) and its lone instructions wrapped as fusions
+(``wrap_lone_instructions``). This is done recursively, for a ``while`` inside a branch or a
+``conditional`` inside a body (inlining a ``call`` may bring in new ones too).
+
+Fusion names then have to be unique over every computation the runtime executes, since
+kernels are named after their fusion: a fusion of a sub-computation whose name is taken
+elsewhere becomes ``name.1``, ``name.2``... (ENTRY's fusions keep theirs).
+
+A computation called by control flow and also by something else (a ``reduce``'s ``to_apply``,
+a fusion's ``calls``) would be rewritten for both; XLA never produces that and we do not handle
+it (the reducer would then see a fusion).
+"""
+from __future__ import annotations
+
+from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule
+
+# attribute names of the computations each control-flow opcode runs on the host side
+CONTROL_FLOW_ATTRIBUTES = {
+    "while": ("condition", "body"),
+    "conditional": ("true_computation", "false_computation", "branch_computations"),
+}
+
+
+def control_flow_callees(comp: HloComputation) -> list[HloComputation]:
+    """The computations ``comp``'s while and conditional instructions run, in order, once each."""
+    out: list[HloComputation] = []
+    for inst in comp.instructions:
+        for name in CONTROL_FLOW_ATTRIBUTES.get(inst.opcode, ()):
+            value = inst.attr(name, None)
+            for c in (value if isinstance(value, tuple) else (value,)):
+                if isinstance(c, HloComputation) and all(c is not o for o in out):
+                    out.append(c)
+    return out
+
+
+def executed_computations(module: HloModule) -> list[HloComputation]:
+    """ENTRY first, then every computation reached from it through while/conditional
+    (transitively), each once: the computations the runtime runs as thunk sequences."""
+    out = [module.entry]
+    seen = {id(module.entry)}
+    i = 0
+    while i < len(out):
+        for c in control_flow_callees(out[i]):
+            if id(c) not in seen:
+                seen.add(id(c))
+                out.append(c)
+        i += 1
+    return out
+
+
+def prepare_control_flow(module: HloModule) -> HloModule:
+    """Inline calls and wrap lone instructions in every computation reached from ENTRY through
+    while/conditional (ENTRY itself is expected to be prepared already); rewrites in place and
+    returns the module."""
+    from .inline_calls import inline_calls
+    from .wrap_fusions import wrap_lone_instructions
+    entry = module.entry
+    done = {id(entry)}
+    pending = control_flow_callees(entry)
+    prepared: list[HloComputation] = []
+    while pending:
+        comp = pending.pop(0)
+        if id(comp) in done:
+            continue
+        done.add(id(comp))
+        # the two passes work on ``module.entry``: point it at ``comp`` for their time
+        module.entry = comp
+        try:
+            inline_calls(module)
+            wrap_lone_instructions(module)
+        finally:
+            module.entry = entry
+        prepared.append(comp)
+        pending.extend(c for c in control_flow_callees(comp) if id(c) not in done)
+    if prepared:
+        _unique_fusion_names([entry] + prepared)
+    return module
+
+
+def _unique_fusion_names(comps: list[HloComputation]) -> None:
+    from .wrap_fusions import _fresh
+    taken: set[str] = set()
+    for comp in comps:
+        taken.update(i.name for i in comp.instructions)
+    seen: set[str] = set()
+    for comp in comps:
+        for inst in comp.instructions:
+            if inst.opcode != "fusion":
+                continue
+            if inst.name in seen:
+                _rename(inst, _fresh(inst.name, taken))
+            seen.add(inst.name)
+
+
+def _rename(inst: HloInstruction, name: str) -> None:
+    """Rename ``inst``; control-predecessor lists that name it get their text rebuilt."""
+    from .inline_calls import _control, _set_control
+    inst.name = name
+    comp = inst.parent
+    for other in (comp.instructions if comp is not None else ()):
+        preds = _control(other)
+        if any(p is inst for p in preds):
+            _set_control(other, preds)

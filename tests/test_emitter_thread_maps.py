@@ -1,0 +1,130 @@
+"""Thread -> data indexing maps of the transpose and reduction emitters, checked as XLA's
+``gpu_test_correctness --bijection_inputs/--bijection_outputs`` does: enumerate the map's
+domain and check that every element of the tensor is reached exactly once."""
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+
+from hlo_compile import parse_module
+from hlo_compile.codegen.compiler import plan_module
+from hlo_compile.options import CompileOptions
+from hlo_compile.passes.wrap_fusions import wrap_entry_as_fusion
+
+
+def _spec(text: str):
+    plan = plan_module(wrap_entry_as_fusion(parse_module(text)), CompileOptions())
+    assert len(plan.kernels) == 1
+    return plan.kernels[0].spec
+
+
+def _assert_bijection(m, dims) -> None:
+    """Every point of ``m``'s domain lands in ``dims``; every element is hit exactly once."""
+    assert m.dim_names == ("th_x", "th_y", "th_z", "bl_x", "bl_y", "bl_z")
+    hits = Counter(m.evaluate(d, s, r) for d, s, r in m.domain())
+    assert len(hits) == math.prod(dims), (len(hits), dims, str(m))
+    assert all(0 <= i < n for idx in hits for i, n in zip(idx, dims)), str(m)
+    dup = [k for k, c in hits.items() if c != 1]
+    assert not dup, (dup[:5], str(m))
+
+
+TRANSPOSES = {
+    "021 f32[2,40,70]": ("f32[2,40,70]", "f32[2,70,40]", "0,2,1"),
+    "2-D f32[33,65]": ("f32[33,65]", "f32[65,33]", "1,0"),
+    "210 f32[20,3,40]": ("f32[20,3,40]", "f32[40,3,20]", "2,1,0"),
+    "102 f16[40,33,4]": ("f16[40,33,4]", "f16[33,40,4]", "1,0,2"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRANSPOSES))
+def test_transpose_maps_are_bijections(name):
+    src, dst, perm = TRANSPOSES[name]
+    spec = _spec(f"""HloModule t
+ENTRY e {{
+  p = {src} parameter(0)
+  ROOT t = {dst} transpose(p), dimensions={{{perm}}}
+}}""")
+    assert type(spec).__name__ == "TransposeKernelSpec", name
+    _assert_bijection(spec.thread_to_input_map(), spec.heroes[0].operands[0].shape.dimensions)
+    _assert_bijection(spec.thread_to_output_map(), spec.leaves[0].shape.dimensions)
+
+
+def test_transpose_maps_are_consistent():
+    """Phase 2 reads back what phase 1 stored: the thread writing output[j] at s0 holds the
+    element that the transpose takes from input[perm^-1 j]; the maps agree on the tile."""
+    spec = _spec("""HloModule t
+ENTRY e {
+  p = f32[2,40,70] parameter(0)
+  ROOT t = f32[2,70,40] transpose(p), dimensions={0,2,1}
+}""")
+    mi, mo = spec.thread_to_input_map(), spec.thread_to_output_map()
+    ins = {(d[3], mi.evaluate(d, s)) for d, s, _ in mi.domain()}
+    outs = {(d[3], tuple(mo.evaluate(d, s)[i] for i in (0, 2, 1))) for d, s, _ in mo.domain()}
+    assert ins == outs   # each block reads and writes the same set of elements
+
+
+def test_transpose_maps_printed_in_report():
+    spec = _spec("""HloModule t
+ENTRY e {
+  p = f32[2,40,70] parameter(0)
+  ROOT t = f32[2,70,40] transpose(p), dimensions={0,2,1}
+}""")
+    text = "\n".join(spec.report_lines())
+    assert "thread -> input (%p): (th_x, th_y, th_z, bl_x, bl_y, bl_z)[s0] -> (" in text
+    assert "thread -> output 0 (%t): (th_x, th_y, th_z, bl_x, bl_y, bl_z)[s0] -> (" in text
+
+
+REDUCTIONS = {
+    "row [3,100]": ("f32[3,100]", "f32[3]", "1", "row"),
+    "column [70,50]": ("f32[70,50]", "f32[50]", "0", "column"),
+    "row [4,6,300] over {0,2}": ("f32[4,6,300]", "f32[6]", "0,2", "row"),
+    "column [5,70,40]": ("f32[5,70,40]", "f32[5,40]", "1", "column"),
+    "multi-row [100,8]": ("f32[100,8]", "f32[100]", "1", "multi-row"),
+    "row bf16 [5,512]": ("bf16[5,512]", "bf16[5]", "1", "row"),
+    "column bf16 [40,300]": ("bf16[40,300]", "bf16[300]", "0", "column"),
+    "full [64,64]": ("f32[64,64]", "f32[]", "0,1", "row"),
+}
+
+
+def _reduce_module(src: str, dst: str, dims: str) -> str:
+    et = src.split("[")[0]
+    return f"""HloModule r
+add {{
+  a = {et}[] parameter(0)
+  b = {et}[] parameter(1)
+  ROOT s = {et}[] add(a, b)
+}}
+ENTRY e {{
+  p = {src} parameter(0)
+  z = {et}[] constant(0)
+  ROOT r = {dst} reduce(p, z), dimensions={{{dims}}}, to_apply=add
+}}"""
+
+
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
+def test_reduction_maps_are_bijections(name):
+    src, dst, dims, variant = REDUCTIONS[name]
+    spec = _spec(_reduce_module(src, dst, dims))
+    assert type(spec).__name__ == "ReductionKernelSpec", name
+    assert spec.variant == variant, (name, spec.variant)
+    _assert_bijection(spec.thread_to_input_map(), spec.heroes[0].operands[0].shape.dimensions)
+    _assert_bijection(spec.thread_to_output_map(), spec.reduce_roots[0].shape.dimensions)
+
+
+def test_reduction_input_map_groups_by_output():
+    """Every input element a thread folds belongs to the output element that thread's group
+    writes: per block, the reduced-away images of the input map are the output map's."""
+    spec = _spec(_reduce_module("f32[70,50]", "f32[50]", "0"))
+    mi, mo = spec.thread_to_input_map(), spec.thread_to_output_map()
+    ins = {(d[3], d[4], mi.evaluate(d, s)[1]) for d, s, _ in mi.domain()}
+    outs = {(d[3], d[4], mo.evaluate(d, s)[0]) for d, s, _ in mo.domain()}
+    assert ins == outs
+
+
+def test_reduction_maps_printed_in_report():
+    spec = _spec(_reduce_module("f32[3,100]", "f32[3]", "1"))
+    text = "\n".join(spec.report_lines())
+    assert "thread -> input (%p): (th_x, th_y, th_z, bl_x, bl_y, bl_z)[s0, s1, s2] -> (" in text
+    assert "thread -> output (%r): (th_x, th_y, th_z, bl_x, bl_y, bl_z) -> (" in text
