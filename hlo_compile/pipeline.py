@@ -89,6 +89,7 @@ def _llvm(c: Compilation) -> StageOutput:
     from .targets.nvptx import NvptxTarget
     plan = _ensure_plan(c)
     target = NvptxTarget(c.options.arch)
+    target.dot_tensor_cores = c.options.dot_tensor_cores
     modules = []
     for k in plan.kernels:
         t0 = time.perf_counter()
@@ -221,6 +222,7 @@ def summary(c: Compilation, result: PipelineResult) -> dict:
             "fusion": k.fusion.name, "kernel": k.kernel_name, "hero": ", ".join(h.name for h in a.heroes),
             "emitter": a.emitter, "variant": a.variant, "reason": a.reason,
             "grid": list(k.launch.grid), "block": list(k.launch.block), **k.spec.summary_fields(),
+            "in_place": bool(k.donated),
             "shared_bytes": k.launch.shared_bytes,
             "registers": res.registers if res else None,
             "spills": (res.spill_stores_bytes + res.spill_loads_bytes) if res else None,

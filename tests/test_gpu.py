@@ -11,14 +11,12 @@ Run on the lent GPU machine as ``bench/device/README.md`` says.
 """
 from __future__ import annotations
 
-import re
 from contextlib import contextmanager
 
 import pytest
 from click.testing import CliRunner
 
 from hlo_compile import parse_module
-from hlo_compile.hlo.errors import HloUnsupportedError
 from hlo_compile.interpreter import evaluate_module
 from hlo_compile.runtime import compare, literals
 from hlo_compile.runtime import cuda as rt
@@ -28,12 +26,10 @@ from codegen_helpers import load_fusion_test
 from conftest import corpus_root
 from test_codegen_loop import GELU, LOOP_TESTS, NOT_RUN, ROOT
 from test_jax_corpus import _cases, run_case
-from test_jax_corpus_host import NOT_YET
 
 pytestmark = pytest.mark.gpu
 
 GELU_FILE = ROOT / "examples" / "gelu.hlo"
-_RESULTS: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -114,29 +110,45 @@ def test_xla_loop_emitter_test_on_cuda(gpu, corpus, name):
 
 
 # ---- the JAX corpus ------------------------------------------------------------------------
-def _named_refusal(e: HloUnsupportedError) -> list[str]:
-    """The not-yet-supported operations a refusal names (the host test's acceptance rule)."""
-    return re.findall(r"\b(" + "|".join(map(re.escape, NOT_YET)) + r") '%", str(e)) or \
-        re.findall(r"is an? (scatter|sort)\b", str(e))
-
-
 @pytest.mark.parametrize("case,hlo", _cases())
 def test_jax_case_on_cuda(gpu, corpus, case, hlo):
     if case is None or not (corpus / "jax").is_dir():
         pytest.skip("no JAX corpus")
-    try:
-        result = run_case(corpus / "jax" / case, hlo, run=_on_cuda)
-    except HloUnsupportedError as e:
-        assert _named_refusal(e), f"unexpected refusal: {e}"
-        _RESULTS[f"{case}/{hlo}"] = "refused"
-        return
+    result = run_case(corpus / "jax" / case, hlo, run=_on_cuda)
     assert result.ok, result.report()
-    _RESULTS[f"{case}/{hlo}"] = "ran"
 
 
-def test_most_loop_fusable_cases_ran_on_cuda(gpu, corpus):
-    if not (corpus / "jax").is_dir() or not _RESULTS:
-        pytest.skip("no JAX corpus (or the per-case tests did not run)")
-    ran = sum(v == "ran" for v in _RESULTS.values())
-    print(f"{ran} of {len(_RESULTS)} JAX modules ran on cuda, the others were refused")
-    assert ran >= 36, f"only {ran} of {len(_RESULTS)} JAX modules ran on cuda"  # the host's bar
+# ---- tensor cores (mma.sync m16n8k16) ---------------------------------------------------------
+TENSOR_CORE_DOTS = {
+    "bf16_256_f32_out": ("bf16[256,256]", "bf16[256,256]", "f32[256,256]"),
+    "bf16_256_bf16_out": ("bf16[256,256]", "bf16[256,256]", "bf16[256,256]"),
+    "bf16_partial_tiles": ("bf16[70,90]", "bf16[90,66]", "f32[70,66]"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TENSOR_CORE_DOTS))
+def test_bf16_dot_tensor_cores_on_cuda(gpu, name):
+    """The tensor-core dot path (``CompileOptions.dot_tensor_cores``) against the interpreter.
+    Needs ``runtime/cuda_platform.py`` to copy the option onto its ``NvptxTarget``."""
+    from hlo_compile.codegen.emitters.dot_mma import MIN_SM, sm_version
+    from hlo_compile.options import CompileOptions
+    lhs, rhs, out = TENSOR_CORE_DOTS[name]
+    module = parse_module(f"""HloModule tc
+ENTRY e {{
+  a = {lhs} parameter(0)
+  b = {rhs} parameter(1)
+  ROOT d = {out} dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}""")
+    args = literals.random_inputs(module, 3)
+    exe = compile_executable(module, "cuda", CompileOptions(dot_tensor_cores=True))
+    try:
+        if (sm_version(exe.platform.arch) or 0) < MIN_SM:
+            pytest.skip(f"{exe.platform.arch}: mma.m16n8k16 with bf16 needs sm_{MIN_SM}+")
+        assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in exe.platform.ptx, \
+            "no mma in the PTX: does cuda_platform.py set target.dot_tensor_cores from the options?"
+        got = literals.flatten(exe.run(args))
+    finally:
+        exe.platform.device.close()
+    expected = literals.flatten(evaluate_module(module, args))
+    cmp = compare.compare_results(expected, got, tolerances=[(None, None)] * len(expected))
+    assert cmp.ok, f"{name}: {cmp.report()}"

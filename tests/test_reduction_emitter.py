@@ -1,4 +1,4 @@
-"""The reduction emitter (row, multi-row, column; small-column through the column code):
+"""The reduction emitter (row, multi-row, column, small-column):
 XLA's emitter test files and hand-written reductions run on the host against the
 interpreter, PTX FileCheck and ptxas, and the summary's emitter/variant."""
 from __future__ import annotations
@@ -28,7 +28,7 @@ NOT_RUN = {
 }
 
 # Files whose planned kernel is not the reduction emitter's own code (expected fallbacks).
-EXPECTED_PATH = {"row": "row", "multi-row": "multi-row", "column": "column", "small-column": "column"}
+EXPECTED_PATH = {"row": "row", "multi-row": "multi-row", "column": "column", "small-column": "small-column"}
 
 
 def _identity_inits(module, args):

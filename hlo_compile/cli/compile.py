@@ -20,17 +20,20 @@ from ..pipeline import STAGE_NAMES, CompileOptions, run_pipeline
               help="Write the emitted stage to this file instead of stdout.")
 @click.option("--arch", default="sm_80", show_default=True, envvar="HLO_COMPILE_ARCH",
               help="Target GPU architecture (sm_80, sm_90).")
+@click.option("--tensor-cores/--no-tensor-cores", "tensor_cores", default=False, show_default=True,
+              envvar="HLO_COMPILE_TENSOR_CORES",
+              help="f16/bf16 dots through mma.sync tensor cores on sm_80+ (experimental).")
 @click.option("--split-input-file", is_flag=True, help="Treat '// -----' lines as module separators.")
 @click.option("--short", "short_form", is_flag=True, help="Print HLO in the short form (no operand shapes).")
 def main(file: Path, dump_to: Path | None, emit: str | None, output: Path | None, arch: str,
-         split_input_file: bool, short_form: bool) -> None:
+         tensor_cores: bool, split_input_file: bool, short_form: bool) -> None:
     """Compile an XLA HLO text module."""
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         click.echo(f"error: cannot read {file}: {e}", err=True)
         sys.exit(2)
-    options = CompileOptions(arch=arch)
+    options = CompileOptions(arch=arch, dot_tensor_cores=tensor_cores)
     try:
         if split_input_file:
             modules = parse_modules(text, str(file))

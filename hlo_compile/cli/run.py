@@ -23,13 +23,14 @@ class _Failure(Exception):
         self.code = code
 
 
-def _runner(platform: str, module, seed):
+def _runner(platform: str, module, seed, tensor_cores: bool = False):
     """A function running ``module`` on ``platform`` (compiled once, run many times)."""
     if platform == "interpreter":
         from ..interpreter import evaluate_module
         return lambda args: evaluate_module(module, args, seed=seed)
+    from ..options import CompileOptions
     from ..runtime.executable import compile_executable
-    exe = compile_executable(module, platform)
+    exe = compile_executable(module, platform, CompileOptions(dot_tensor_cores=tensor_cores))
     return exe.run
 
 
@@ -47,7 +48,7 @@ def _print_literals(label: str, leaves) -> None:
 
 
 def _run_one(module, *, platform, reference, input_literals, output_literals, seed, iterations,
-             abs_error_bound, rel_error_bound, print_literals, index=None) -> int:
+             abs_error_bound, rel_error_bound, print_literals, index=None, tensor_cores=False) -> int:
     from ..runtime import compare, literals
     if input_literals:
         args = literals.load_inputs(input_literals, module)
@@ -57,7 +58,8 @@ def _run_one(module, *, platform, reference, input_literals, output_literals, se
         _print_literals("arg", literals.flatten(args))
     result = None
     times = []
-    run = _runner(platform, module, seed)
+    # the keyword only when set: tests replace _runner with (platform, module, seed) functions
+    run = _runner(platform, module, seed, **({"tensor_cores": True} if tensor_cores else {}))
     for _ in range(max(1, iterations)):
         t0 = time.perf_counter()
         result = run(args)
@@ -104,9 +106,12 @@ def _run_one(module, *, platform, reference, input_literals, output_literals, se
 @click.option("--abs-error-bound", type=float, default=None, help="atol (default: per dtype)")
 @click.option("--rel-error-bound", type=float, default=None, help="rtol (default: per dtype)")
 @click.option("--print-literals", is_flag=True, help="print inputs and outputs")
+@click.option("--tensor-cores/--no-tensor-cores", "tensor_cores", default=False, show_default=True,
+              envvar="HLO_COMPILE_TENSOR_CORES",
+              help="f16/bf16 dots through mma.sync tensor cores on sm_80+ (experimental)")
 @click.option("--split-input-file", is_flag=True, help="FILE holds modules separated by '// -----'")
 def main(file, platform, reference, input_literals, output_literals, seed, iterations, abs_error_bound,
-         rel_error_bound, print_literals, split_input_file):
+         rel_error_bound, print_literals, tensor_cores, split_input_file):
     """Run the HLO module in FILE and compare its results with a reference."""
     try:
         try:
@@ -119,7 +124,8 @@ def main(file, platform, reference, input_literals, output_literals, seed, itera
             code = _run_one(module, platform=platform, reference=reference, input_literals=input_literals,
                             output_literals=output_literals, seed=seed, iterations=iterations,
                             abs_error_bound=abs_error_bound, rel_error_bound=rel_error_bound,
-                            print_literals=print_literals, index=i if len(modules) > 1 else None)
+                            print_literals=print_literals, index=i if len(modules) > 1 else None,
+                            tensor_cores=tensor_cores)
             status = max(status, code)
         sys.exit(status)
     except _Failure as e:

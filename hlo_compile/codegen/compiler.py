@@ -8,6 +8,7 @@ same plan gives the NVPTX module and the host module.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 from dataclasses import dataclass, field
@@ -39,7 +40,9 @@ class KernelSpec(Protocol):
     def summary_fields(self) -> dict: ...
 
     # optional: ``output_initialized_from = {output leaf: fusion operand}`` for kernels that
-    # update an operand in place; the runtime copies the operand into that output first.
+    # update an operand in place; the runtime copies the operand into that output first,
+    # unless ``plan_module`` donated the operand's buffer (then the spec also has a
+    # ``donated`` field, ``{output leaf: fusion operand}``, and its params drop ``noalias``).
 
 
 # emitter name → "module:function" planning a fusion: (fusion, analysis, device, kernel name)
@@ -81,6 +84,20 @@ class KernelPlan:
     kernel_name: str
     analysis: FusionAnalysis
     spec: KernelSpec
+    # in-place kernels: why the operand's buffer is (or is not) donated to the output
+    aliasing: str = ""
+
+    @property
+    def donated(self) -> dict[int, int]:
+        """{output leaf: fusion operand} whose buffer *is* that output (no copy, no allocation:
+        XLA's in-place aliasing, decided by ``plan_module``); empty when the kernel starts
+        from a copy or updates nothing in place."""
+        return getattr(self.spec, "donated", None) or {}
+
+    @property
+    def in_place_operands(self) -> dict[int, int]:
+        """{output leaf: fusion operand} the output starts as (donated or copied)."""
+        return getattr(self.spec, "output_initialized_from", None) or {}
 
     @property
     def launch(self) -> LaunchDims:
@@ -157,4 +174,137 @@ def plan_module(module: HloModule, options: CompileOptions) -> ModulePlan:
     taken: set[str] = set()
     kernels = [plan_fusion(inst, device, kernel_symbol(inst.name, taken))
                for comp in computations for inst in comp.instructions if inst.opcode == "fusion"]
+    by_fusion = {id(k.fusion): k for k in kernels}
+    for comp in computations:
+        assign_in_place_buffers(comp, by_fusion)
     return ModulePlan(wrapped, device, kernels, computations)
+
+
+# ---- buffer assignment for in-place kernels -------------------------------------------------------
+# A value's buffers as the runtime holds them (``runtime/control_flow.py``): an array value is
+# a frozenset of the buffers it may be, a tuple a list of such trees. A buffer is
+# ``(fusion, output leaf)`` when a fusion of this computation allocated it, anything else
+# (parameters, constants, while/conditional results) is opaque: never donated.
+
+def _opaque_tree(inst: HloInstruction, keys: frozenset):
+    def build(s):
+        return [build(t) for t in s.tuple_shapes] if s.is_tuple else keys
+    return build(inst.shape)
+
+
+def _tree_keys(tree) -> frozenset:
+    if isinstance(tree, list):
+        out = frozenset()
+        for t in tree:
+            out |= _tree_keys(t)
+        return out
+    return tree
+
+
+def _buffer_trees(comp: HloComputation) -> dict[HloInstruction, object]:
+    from .emitters.loop import output_leaves
+    trees: dict[HloInstruction, object] = {}
+    for inst in comp.instructions:
+        op = inst.opcode
+        if op == "fusion":
+            n = len(output_leaves(inst))
+            if inst.shape.is_tuple and all(not s.is_tuple for s in inst.shape.tuple_shapes):
+                t = [frozenset({(inst, i)}) for i in range(n)]
+            elif not inst.shape.is_tuple:
+                t = frozenset({(inst, 0)})
+            else:  # nested tuple output: the runtime's flat leaves do not follow the shape
+                t = _opaque_tree(inst, frozenset({(inst, "opaque")}))
+        elif op in ("bitcast", "opt-barrier") and inst.operands:
+            t = trees[inst.operands[0]]
+        elif op == "get-tuple-element":
+            whole = trees[inst.operands[0]]
+            t = whole[inst.tuple_index] if isinstance(whole, list) else whole
+        elif op == "tuple":
+            t = [trees[o] for o in inst.operands]
+        elif op in ("parameter", "constant"):
+            t = _opaque_tree(inst, frozenset({(inst, "opaque")}))
+        else:  # while, conditional, ...: the result may hold any buffer of the operands
+            keys = frozenset({(inst, "opaque")})
+            for o in inst.operands:
+                keys |= _tree_keys(trees[o])
+            t = _opaque_tree(inst, keys)
+        trees[inst] = t
+    return trees
+
+
+def _feeds_only_in_place(fusion: HloInstruction, operand: int) -> bool:
+    """Whether fused parameter ``operand`` is read by nothing but the in-place op it starts
+    (through bitcasts): once donated, any other read could see updated elements."""
+    comp = fusion.fused_computation
+    params = [p for p in comp.parameters if p.parameter_number == operand]
+    if len(params) != 1:
+        return False
+    users: dict[int, list[HloInstruction]] = {}
+    for inst in comp.instructions:
+        for o in inst.operands:
+            users.setdefault(id(o), []).append(inst)
+    stack = [params[0]]
+    while stack:
+        v = stack.pop()
+        for u in users.get(id(v), []):
+            positions = [i for i, o in enumerate(u.operands) if o is v]
+            if u.opcode == "bitcast":
+                stack.append(u)
+            elif u.opcode == "dynamic-update-slice" and positions == [0]:
+                pass
+            elif u.opcode == "scatter" and all(i < len(u.operands) // 2 for i in positions) \
+                    and len(positions) == 1:
+                pass
+            else:
+                return False
+    return True
+
+
+def assign_in_place_buffers(comp: HloComputation, by_fusion: dict[int, KernelPlan]) -> None:
+    """Donate the operand buffer of each in-place kernel (scatter, in-place DUS) of ``comp``
+    to its output when XLA would alias them: the operand is a buffer a fusion of ``comp``
+    allocated, this kernel is its last reader (through any alias: bitcast, tuple,
+    get-tuple-element, a while or conditional holding it) and ``comp``'s root does not hold it.
+    Records ``donated`` on the spec (its params then drop ``noalias``) and why on the plan."""
+    from ..hlo.tiling import physical_size
+    from .emitters.loop import output_leaves
+    trees = _buffer_trees(comp)
+    last_read: dict = {}
+    for pos, inst in enumerate(comp.instructions):
+        for o in inst.operands:
+            for key in _tree_keys(trees[o]):
+                last_read[key] = pos
+    in_root = _tree_keys(trees[comp.root])
+    for pos, inst in enumerate(comp.instructions):
+        plan = by_fusion.get(id(inst)) if inst.opcode == "fusion" else None
+        if plan is None or not plan.in_place_operands:
+            continue
+        donated, why = {}, []
+        leaves = output_leaves(inst)
+        for leaf, k in sorted(plan.in_place_operands.items()):
+            operand = inst.operands[k]
+            keys = trees[operand]
+            key = next(iter(keys)) if isinstance(keys, frozenset) and len(keys) == 1 else None
+            param = [p for p in inst.fused_computation.parameters if p.parameter_number == k]
+            if key is None or key[1] == "opaque":
+                why.append(f"operand {k} (%{operand.name}) is not a buffer a fusion of this computation allocated")
+            elif any(key in _tree_keys(trees[o]) for j, o in enumerate(inst.operands) if j != k):
+                why.append(f"operand {k} (%{operand.name}) is also another operand")
+            elif last_read.get(key) != pos:
+                why.append(f"operand {k} (%{operand.name}) is read after this fusion")
+            elif key in in_root:
+                why.append(f"operand {k} (%{operand.name}) is part of the computation's root")
+            elif not _feeds_only_in_place(inst, k):
+                why.append(f"operand {k} (%{operand.name}) is read inside the fusion beyond the in-place op")
+            elif len(param) != 1 or param[0].shape.element_type != leaves[leaf][1].element_type \
+                    or physical_size(param[0].shape) != physical_size(leaves[leaf][1]):
+                why.append(f"operand {k} (%{operand.name}) and output {leaf} differ in size or element type")
+            else:
+                donated[leaf] = k
+        if donated and hasattr(plan.spec, "donated"):
+            plan.spec = dataclasses.replace(plan.spec, donated=donated)
+        elif donated:
+            why = [f"the {type(plan.spec).__name__} cannot take a donated buffer"]
+            donated = {}
+        plan.aliasing = "; ".join(
+            [f"output {leaf} takes operand {k}'s buffer" for leaf, k in donated.items()] + why)

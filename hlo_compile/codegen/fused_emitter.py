@@ -103,6 +103,19 @@ class FusedEmitter:
         finally:
             self.scopes.pop()
 
+    def seed(self, inst: HloInstruction, index: Sequence[ir.Value], value) -> None:
+        """Record ``value`` as ``inst`` at ``index`` in the current scope (an emitter that
+        loaded it itself, e.g. one lane of a vector load)."""
+        self.scopes[-1][self._key(inst, index)] = value
+
+    def known(self, inst: HloInstruction, index: Sequence[ir.Value]) -> bool:
+        """Whether ``inst`` at ``index`` is already computed in a visible scope."""
+        return self._lookup(self._key(inst, index)) is not None
+
+    def parameter_pointer(self, param: HloInstruction) -> ir.Value:
+        """The buffer pointer of fusion parameter ``param`` in the current function."""
+        return self.param_ptrs[param.parameter_number]
+
     @staticmethod
     def _key(inst: HloInstruction, index: Sequence[ir.Value]) -> tuple:
         return (id(inst), tuple(("c", v.constant) if isinstance(v, ir.Constant) else id(v) for v in index))
@@ -135,7 +148,7 @@ class FusedEmitter:
         from .index_ops import INDEX_OPS
         from ..hlo.opcodes import ELEMENTWISE
         if inst.opcode == "parameter":
-            return self._load_parameter(inst, index)
+            return self.load_parameter(inst, index)
         if inst.opcode == "constant":
             return self._constant(inst, index)
         handler = INDEX_OPS.get(inst.opcode)
@@ -153,7 +166,8 @@ class FusedEmitter:
         ae = AffineEmitter(self.kb, index, bounds=lambda v: m.bound(v))
         return ae.emit(m.exprs[0])
 
-    def _load_parameter(self, inst: HloInstruction, index: Sequence[ir.Value]) -> ir.Value:
+    def load_parameter(self, inst: HloInstruction, index: Sequence[ir.Value]) -> ir.Value:
+        """A fusion parameter's element at ``index`` (a load at its physical offset)."""
         if not inst.shape.is_array:
             raise unsupported(inst, "tuple-shaped fusion parameters are not supported")
         et = inst.shape.element_type
@@ -209,7 +223,7 @@ class FusedEmitter:
             return
         key = ("preload", id(sg), self._key(root, index)[1])
         if self._lookup(key) is None:
-            self.scopes[-1][key] = [self._load_parameter(p, index) for p in self.part.reads_at_root_index(sg)]
+            self.scopes[-1][key] = [self.load_parameter(p, index) for p in self.part.reads_at_root_index(sg)]
 
     def _call_subgraph(self, sg: Subgraph, index: Sequence[ir.Value]) -> list:
         """One call of ``sg``'s function per index and scope; its value per root."""
@@ -221,7 +235,7 @@ class FusedEmitter:
         fn = self._subgraph_function(sg)
         pre = self._lookup(("preload", id(sg), index_key))
         if pre is None:
-            pre = [self._load_parameter(p, index) for p in self.part.reads_at_root_index(sg)]
+            pre = [self.load_parameter(p, index) for p in self.part.reads_at_root_index(sg)]
         vals = self._unpack(self.kb.b.call(fn, [*self.param_ptrs, *index, *pre]), sg)
         self.scopes[-1][key] = vals
         return vals

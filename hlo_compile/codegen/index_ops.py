@@ -125,7 +125,7 @@ def _concatenate(fe, inst, index):
     return pick(0)
 
 
-def _start_index(fe, inst: HloInstruction, operand: int, limit: int) -> ir.Value:
+def start_index(fe, inst: HloInstruction, operand: int, limit: int) -> ir.Value:
     """A scalar start index operand, clamped to ``[0, limit]``, in the index type."""
     return _start_index_at(fe, inst.operands[operand], (), limit)
 
@@ -135,7 +135,7 @@ def _dynamic_slice(fe, inst, index):
     b = fe.kb.b
     src = inst.operands[0]
     sizes = inst.attr("dynamic_slice_sizes")
-    starts = [_start_index(fe, inst, 1 + d, n - s) for d, (n, s) in enumerate(zip(src.shape.dimensions, sizes))]
+    starts = [start_index(fe, inst, 1 + d, n - s) for d, (n, s) in enumerate(zip(src.shape.dimensions, sizes))]
     return fe.value(src, [b.add(i, s) for i, s in zip(index, starts)])
 
 
@@ -144,7 +144,7 @@ def _dynamic_update_slice(fe, inst, index):
     b, kb = fe.kb.b, fe.kb
     base, upd = inst.operands[0], inst.operands[1]
     udims = upd.shape.dimensions
-    starts = [_start_index(fe, inst, 2 + d, n - u) for d, (n, u) in enumerate(zip(base.shape.dimensions, udims))]
+    starts = [start_index(fe, inst, 2 + d, n - u) for d, (n, u) in enumerate(zip(base.shape.dimensions, udims))]
     rel = [b.sub(i, s) for i, s in zip(index, starts)]
     conds = []
     for r, u in zip(rel, udims):

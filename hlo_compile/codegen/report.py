@@ -17,5 +17,8 @@ def fusion_report_text(plan: ModulePlan) -> str:
         out.append(f"  emitter: {a.emitter}" + (f" ({a.variant})" if a.variant else ""))
         out.append(f"  reason: {a.reason}")
         out.append(f"  launch: grid {list(launch.grid)} block {list(launch.block)} shared {launch.shared_bytes} B")
+        if k.in_place_operands:
+            out.append(f"  in-place aliasing: {'yes' if k.donated else 'no (operand copied)'}"
+                       + (f": {k.aliasing}" if k.aliasing else ""))
         out.extend(f"  {line}" for line in k.spec.report_lines())
     return "\n".join(out) + "\n"

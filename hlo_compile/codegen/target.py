@@ -34,6 +34,9 @@ class KernelParam:
     name: str
     readonly: bool = True  # never written by this kernel: loads may be marked invariant
     align: int = 16        # guaranteed alignment of the buffer's first byte
+    # no other parameter of this kernel reaches the buffer; False for the input and output of
+    # an in-place kernel whose operand buffer was donated to its output (the same buffer)
+    noalias: bool = True
 
 
 @dataclass(frozen=True)

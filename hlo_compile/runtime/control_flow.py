@@ -9,13 +9,19 @@ predicate and a ``conditional``'s predicate or branch index are copied back to t
 
 Thunks: ``parameter`` (the caller's value), ``constant`` (uploaded once per executable and
 reused: constants are never written), ``bitcast``, ``get-tuple-element``, ``tuple`` and
-``opt-barrier`` (aliases: no work), ``fusion`` (one kernel launch into fresh output buffers),
+``opt-barrier`` (aliases: no work), ``fusion`` (one kernel launch into fresh output buffers,
+or, for an in-place kernel whose operand buffer the plan donated, into that buffer),
 ``while`` (run the condition program, read its predicate, run the body program on the state,
 until the predicate is false) and ``conditional`` (read the predicate or index, run one branch
 program; an s32 index out of range runs the last branch, as XLA).
 
 Buffers are never written after the kernel that produced them, so values may alias freely
-(a body passing a tuple element through returns the very same buffer). Ownership decides
+(a body passing a tuple element through returns the very same buffer), with one exception:
+an in-place kernel (scatter, dynamic-update-slice) writes into its operand's buffer when
+``plan_module`` donated it, which it does only for a buffer a fusion of the same program
+allocated and nothing reads afterwards (through any alias) nor returns. That buffer stays in
+``owned`` under the same key: it is now the in-place kernel's output, freed once with it
+(``run`` checks that a donated buffer is one the program owns). Ownership decides
 when memory is given back (``Platform.free``, a no-op on the host): a program owns the buffers
 its kernels allocated and those its while/conditional thunks handed to it; at its end it frees
 the ones its result does not hold and hands the rest to its caller. A ``while`` frees a state
@@ -58,6 +64,8 @@ class ComputationProgram:
         self.exe = exe
         self.comp = comp
         self.steps: list[tuple[HloInstruction, int]] = []
+        # id(fusion) → the operands whose buffers its kernel takes over as outputs
+        self.donating: dict[int, tuple[int, ...]] = {}
         for inst in comp.instructions:
             kind = _KINDS.get(inst.opcode)
             if kind is None:
@@ -65,6 +73,13 @@ class ComputationProgram:
             if kind == _CONDITIONAL and not inst.has_attr("branch_computations") and len(inst.operands) != 3:
                 raise unsupported(inst, exe.platform.name)
             self.steps.append((inst, kind))
+            if kind == _FUSION:
+                try:
+                    donated = exe.plan.kernel_for(inst).donated
+                except KeyError:  # not planned: _launch reports it
+                    donated = {}
+                if donated:
+                    self.donating[id(inst)] = tuple(donated.values())
 
     def run(self, params: Sequence[Any]) -> tuple[Any, dict[int, Any]]:
         """(the root's value, the buffers of it this run allocated: id(data) → data, now the
@@ -74,6 +89,11 @@ class ComputationProgram:
         owned: dict[int, Any] = {}
         for inst, kind in self.steps:
             if kind == _FUSION:
+                for k in self.donating.get(id(inst), ()):
+                    data = values[inst.operands[k]].data
+                    if owned.get(id(data)) is not data:
+                        raise RuntimeError(f"fusion '%{inst.name}' was planned to take over the buffer of "
+                                           f"'%{inst.operands[k].name}', which this program does not own")
                 v = exe._launch(inst, values)
                 for b in leaves(v):
                     owned[id(b.data)] = b.data

@@ -31,6 +31,7 @@ class CudaPlatform(Platform):
         from ..targets.linking import link_kernel_modules
         from ..targets.nvptx import NvptxTarget, compile_to_ptx
         target = NvptxTarget(self.options.arch)
+        target.dot_tensor_cores = self.options.dot_tensor_cores
         linked = link_kernel_modules(target, "module", [p.emit(target) for p in plans])
         result = compile_to_ptx(linked, self.options.arch, [p.kernel_name for p in plans],
                                 opt_level=self.options.opt_level)

@@ -3,7 +3,9 @@
 Buffer assignment gives every array value of the ENTRY computation one physical buffer;
 ``bitcast`` and ``get-tuple-element`` alias their operand's buffer and ``tuple`` groups
 buffers, so they cost nothing at run time. The thunk sequence is the ENTRY computation in
-order: parameters and constants are uploaded, each fusion is one kernel launch. ``while`` and
+order: parameters and constants are uploaded, each fusion is one kernel launch (an in-place
+scatter or dynamic-update-slice writes into its operand's buffer when the plan donated it,
+``KernelPlan.donated``, and into a copy of it otherwise). ``while`` and
 ``conditional`` run on the host side: their condition, body and branch computations are
 thunk sequences of their own, planned and compiled with ENTRY's (``runtime/control_flow.py``).
 ``call``s were inlined by the passes. Ops without a kernel (custom-call, collectives, ...) are
@@ -165,11 +167,15 @@ class Executable:
             if not isinstance(v, Buffer):
                 raise HloUnsupportedError(f"fusion '%{inst.name}' takes a tuple operand '%{op.name}': not supported")
             ins.append(v.data)
-        outs = [Buffer(shape, self.platform.allocate(shape)) for _, shape in output_leaves(inst)]
-        # kernels that update an operand in place (scatter, dynamic-update-slice) start from a
-        # copy of it in their output buffer (XLA aliases the two when the operand is dead)
-        for out_index, operand_index in getattr(plan.spec, "output_initialized_from", {}).items():
-            self.platform.copy(outs[out_index].data, ins[operand_index], outs[out_index].shape)
+        # kernels that update an operand in place (scatter, dynamic-update-slice): when the
+        # plan donated the operand's buffer (it is dead after this kernel, XLA's aliasing) it
+        # *is* the output; otherwise the output is a fresh buffer starting as a copy of it
+        donated = plan.donated
+        outs = [Buffer(shape, ins[donated[i]] if i in donated else self.platform.allocate(shape))
+                for i, (_, shape) in enumerate(output_leaves(inst))]
+        for out_index, operand_index in plan.in_place_operands.items():
+            if out_index not in donated:
+                self.platform.copy(outs[out_index].data, ins[operand_index], outs[out_index].shape)
         self.platform.launch(self.kernels[inst.name], plan, ins + [b.data for b in outs])
         if inst.shape.is_tuple:
             return outs

@@ -44,6 +44,10 @@ class HostKernelInfo:
     mode: str
     num_params: int
     param_aligns: tuple[int, ...] = ()  # KernelParam.align: the runner checks buffers against it
+    # KernelParam.noalias. Host kernels carry no aliasing attributes (in coroutine mode the
+    # threads of a block interleave their accesses, which LLVM's noalias does not allow), so
+    # a donated in-place buffer given twice needs nothing more; recorded for the runner.
+    param_noalias: tuple[bool, ...] = ()
     static_shared_bytes: int = 0
     barrier_sites: int = 0
     shuffle_sites: int = 0
@@ -103,7 +107,8 @@ class HostTarget(Target):
         ctx.name = "ctx"
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         info = HostKernelInfo(name=name, mode=self.mode, num_params=len(params), ctx=ctx,
-                              param_aligns=tuple(p.align for p in params))
+                              param_aligns=tuple(p.align for p in params),
+                              param_noalias=tuple(p.noalias for p in params))
         if self.mode == "coro":
             info.coroutine = CoroutineKernel(fn, b, ctx)
         self.kernels[name] = info

@@ -178,9 +178,11 @@ class NvptxTarget(Target):
         fn.calling_convention = "ptx_kernel"
         for arg, param in zip(fn.args, params):
             arg.name = param.name
-            # noalias: XLA buffers given to one kernel do not overlap (see the final report
-            # about in-place kernels); with readonly this gives ld.global.nc.
-            arg.add_attribute("noalias")
+            # noalias: XLA buffers given to one kernel do not overlap, except an in-place
+            # kernel's donated operand and its output (KernelParam.noalias False for both);
+            # with readonly this gives ld.global.nc.
+            if param.noalias:
+                arg.add_attribute("noalias")
             arg.add_attribute("captures(none)")
             if param.readonly:
                 set.add(arg.attributes, "readonly")  # not in llvmlite's whitelist

@@ -33,7 +33,7 @@ from ..launch import LoopConfig, loop_fusion_config, loop_launch_dims, thread_to
 from ..llvm_types import storage_type
 from ..partitioner import PartitionedComputation, partition
 from ..target import KernelParam, LaunchDims, Target
-from .loop import _maybe_if, fall_back_to_loop, fusion_params, kernel_index_type, output_leaves
+from .loop import maybe_if, fall_back_to_loop, fusion_params, kernel_index_type, output_leaves
 
 
 @dataclass(frozen=True)
@@ -162,14 +162,14 @@ def emit_concatenate_kernel(target: Target, spec: ConcatenateKernelSpec) -> ir.M
     et = out_shape.element_type
     for point in itertools.product(*(range(lo, hi + 1) for lo, hi in m.ranges)):
         ae = AffineEmitter(kb, ids, [kb.index(s) for s in point], bounds=lambda v: m.bound(v))
-        with _maybe_if(kb, ae.in_bounds(m.constraints)):
+        with maybe_if(kb, ae.in_bounds(m.constraints)):
             index = ae.emit_all(m.exprs)
             for k, op in enumerate(hero.operands):
                 extent = op.shape.dimensions[dim]
                 if extent == 0:
                     continue
                 cond = [] if extent >= largest_extent else [b.icmp_unsigned("<", index[dim], kb.index(extent))]
-                with _maybe_if(kb, cond), fe.scope():
+                with maybe_if(kb, cond), fe.scope():
                     v = fe.value(op, index)
                     hero_index = list(index)
                     if offsets[k]:

@@ -17,15 +17,20 @@ XLA sends such fusions to cuBLAS or Triton; we emit a classic shared-memory tile
   (``FusedEmitter.inject``) and the root is computed and stored at its physical offset.
 
 Accumulation follows the elemental dot: f32 for f16/bf16/f32 results, f64 for f64, integers
-in the result type. Both targets (NVPTX and host) run this tiled path; there is no
-tensor-core (``mma.sync``) path yet. Refused (loop emitter instead): complex and pred
-element types, tiny dots (B·M·N·K < 4096) and vector products (M < 8 or N < 8), grids
-beyond 65535 in y or z.
+in the result type. Refused (loop emitter instead): complex and pred element types, tiny dots
+(B·M·N·K < 4096) and vector products (M < 8 or N < 8), grids beyond 65535 in y or z.
+
+Tensor cores (``dot_mma.py``): the spec carries both paths and ``emit(target)`` chooses. The
+warp-level ``mma.sync.m16n8k16`` path (same grid, block, block tile and epilogue) is taken when
+``target.name == "nvptx"``, ``target.arch`` is sm_80 or newer, both operands are f16 or both
+bf16 with f32 accumulation, and the target object carries ``dot_tensor_cores = True`` (the
+pipeline and the cuda runtime copy ``CompileOptions.dot_tensor_cores`` onto the
+``NvptxTarget`` they create). Everything else, the host target included, emits the tiled path.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from llvmlite import ir
@@ -104,6 +109,8 @@ class DotKernelSpec:
     launch: LaunchDims
     index_type: ir.IntType
     static_shared_bytes: int
+    # which path the last ``emit`` took ("tiled" or "mma"), for the report and summary.json
+    emitted: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
     def params(self) -> list[KernelParam]:
@@ -112,20 +119,39 @@ class DotKernelSpec:
     def emit(self, target: Target) -> ir.Module:
         return emit_dot_kernel(target, self)
 
+    @property
+    def tensor_core_refusal(self) -> str | None:
+        """Why this dot cannot take the tensor-core path on any target (None: it can)."""
+        from .dot_mma import tensor_core_refusal
+        return tensor_core_refusal(self)
+
+    @property
+    def path(self) -> str:
+        """"mma" or "tiled": what the last ``emit`` produced (tiled before any)."""
+        return self.emitted.get("path", "tiled")
+
     def report_lines(self) -> list[str]:
+        from .dot_mma import mma_report_line, mma_shared_line
         g = self.geometry
+        shared = (mma_shared_line(self) if self.path == "mma" else
+                  f"shared tiles {BK}x{BM} + {BK}x{BN}: {self.static_shared_bytes} B static, "
+                  f"index type {self.index_type}")
         return [f"dot %{self.dot.name}: B={g.B} M={g.M} N={g.N} K={g.K}, accumulation {self.acc_type}, "
                 f"epilogue root %{self.root.name}",
                 f"tile {BM}x{BN}x{BK} ({NUM_THREADS} threads as {TX}x{TY}, {RM}x{RN} outputs per thread), "
-                f"tiled path on every target (no tensor cores)",
-                f"shared tiles {BK}x{BM} + {BK}x{BN}: {self.static_shared_bytes} B static, "
-                f"index type {self.index_type}",
+                + (f"{self.path} path" if "path" in self.emitted or self.tensor_core_refusal
+                   else "tiled path, or mma if the target enables tensor cores (chosen when emitted)"),
+                mma_report_line(self),
+                shared,
                 *self.partitioned.to_text().splitlines()]
 
     def summary_fields(self) -> dict:
+        from .dot_mma import MMA_SHARED_BYTES
+        shared = MMA_SHARED_BYTES if self.path == "mma" else self.static_shared_bytes
         return {"tile": [BM, BN, BK], "threads_per_block": NUM_THREADS, "register_tile": [RM, RN],
-                "accumulation_type": self.acc_type, "path": "tiled",
-                "static_shared_bytes": self.static_shared_bytes, "index_type": str(self.index_type)}
+                "accumulation_type": self.acc_type, "path": self.path,
+                "tensor_cores": self.tensor_core_refusal or "eligible",
+                "static_shared_bytes": shared, "index_type": str(self.index_type)}
 
 
 def plan_dot_kernel(fusion: HloInstruction, analysis, device, kernel_name: str):
@@ -195,18 +221,128 @@ def _operand_index(rank: int, batch_dims, contract_dims, free_dims, bidx, kidx, 
     return index
 
 
+class DotKernelEmission:
+    """What both dot paths share: the kernel, the fused emitter, the block's output origin
+    (``m0``, ``n0``, batch index), staging operand tiles into shared memory and the epilogue."""
+
+    def __init__(self, target: Target, spec: DotKernelSpec):
+        self.target, self.spec = target, spec
+        self.module = target.new_module(spec.kernel_name)
+        kf = target.begin_kernel(self.module, spec.kernel_name, spec.params)
+        self.kb = kb = KernelBuilder(kf.builder, target, spec.index_type)
+        self.b = b = kb.b
+        g = spec.geometry
+        n_in = len(spec.fusion.fused_computation.parameters)
+        self.fe = FusedEmitter(target, self.module, spec.kernel_name, spec.partitioned, spec.index_type, inline=True)
+        self.fe.bind(kb, kf.args[:n_in])
+        self.out_ptr = kf.args[n_in]
+        tx, ty = kb.thread_id(0), kb.thread_id(1)
+        self.tx, self.ty = tx, ty
+        self.tid = b.add(tx, b.mul(ty, kb.index(TX)))
+        self.m0 = b.mul(kb.block_id(1), kb.index(BM))
+        self.n0 = b.mul(kb.block_id(0), kb.index(BN))
+        self.bidx = _delinearize(kb, kb.block_id(2), g.batch) if g.batch else []
+
+    def _load(self, operand: HloInstruction, index: list, conds: list, tile_et: str, zero: ir.Value) -> ir.Value:
+        b, fe = self.b, self.fe
+        et = operand.shape.element_type
+
+        def read():
+            return emit_convert(b, fe.value(operand, index), et, tile_et)
+        if not conds:
+            with fe.scope():
+                return read()
+        return fe.branch(self.kb.all_of(conds), read, lambda: zero)
+
+    def stage_tiles(self, step: ir.Value, tile_et: str, a_tile: ir.Value, a_offset, b_tile: ir.Value,
+                    b_offset) -> None:
+        """This K step's operand tiles into shared memory, converted to ``tile_et`` (zero
+        outside the bounds): lhs element (mm, kk) of the BM x BK tile at ``a_offset(mm, kk)``,
+        rhs element (kk, nn) of the BK x BN tile at ``b_offset(kk, nn)`` (element offsets)."""
+        kb, b, g, tid = self.kb, self.b, self.spec.geometry, self.tid
+        lhs, rhs = self.spec.dot.operands
+        tt = compute_type(tile_et)
+        zero = ir.Constant(tt, 0)
+        bidx, m0, n0 = self.bidx, self.m0, self.n0
+
+        def store(tile, off, v):
+            b.store(v, b.gep(tile, [off], inbounds=True, source_etype=tt))
+
+        k0 = b.mul(step, kb.index(BK))
+        # lhs tile: BM x BK, k fastest among consecutive threads
+        for s in range(BM * BK // NUM_THREADS):
+            lin = b.add(tid, kb.index(s * NUM_THREADS))
+            kk, mm = b.urem(lin, kb.index(BK)), b.udiv(lin, kb.index(BK))
+            m, k = b.add(m0, mm), b.add(k0, kk)
+            conds = ([b.icmp_unsigned("<", m, kb.index(g.M))] if g.M % BM else []) + \
+                    ([b.icmp_unsigned("<", k, kb.index(g.K))] if g.K % BK else [])
+            index = _operand_index(lhs.shape.rank, g.lhs_batch, g.lhs_contract, g.lhs_free, bidx,
+                                   _delinearize(kb, k, g.k_dims), _delinearize(kb, m, g.m_dims))
+            store(a_tile, a_offset(mm, kk), self._load(lhs, index, conds, tile_et, zero))
+        # rhs tile: BK x BN, n fastest
+        for s in range(BN * BK // NUM_THREADS):
+            lin = b.add(tid, kb.index(s * NUM_THREADS))
+            nn, kk = b.urem(lin, kb.index(BN)), b.udiv(lin, kb.index(BN))
+            n, k = b.add(n0, nn), b.add(k0, kk)
+            conds = ([b.icmp_unsigned("<", n, kb.index(g.N))] if g.N % BN else []) + \
+                    ([b.icmp_unsigned("<", k, kb.index(g.K))] if g.K % BK else [])
+            index = _operand_index(rhs.shape.rank, g.rhs_batch, g.rhs_contract, g.rhs_free, bidx,
+                                   _delinearize(kb, k, g.k_dims), _delinearize(kb, n, g.n_dims))
+            store(b_tile, b_offset(kk, nn), self._load(rhs, index, conds, tile_et, zero))
+
+    def epilogue(self, points: Sequence[tuple[ir.Value, ir.Value, ir.Value]]) -> ir.Module:
+        """Each (m, n, slot) of this thread: the accumulator in ``slot`` (at row ``m0 + m``,
+        column ``n0 + n`` of the canonical output) injected as the dot's value and the root
+        stored; then the kernel ends."""
+        kb, b, fe, spec, g = self.kb, self.b, self.fe, self.spec, self.spec.geometry
+        dot, acc_et = spec.dot, spec.acc_type
+        current: dict = {}
+
+        def dot_value(index: Sequence[ir.Value]) -> ir.Value:
+            idx, v = current["point"]
+            if len(idx) != len(index) or any(x is not y for x, y in zip(idx, index)):
+                raise AssertionError(f"dot emitter: %{dot.name} read at an index other than its output's")
+            return v
+
+        fe.inject(dot, dot_value)
+        et = spec.root.shape.element_type
+        out_shape = spec.root.shape
+        for mm, nn, slot in points:
+            m, n = b.add(self.m0, mm), b.add(self.n0, nn)
+            conds = ([b.icmp_unsigned("<", m, kb.index(g.M))] if g.M % BM else []) + \
+                    ([b.icmp_unsigned("<", n, kb.index(g.N))] if g.N % BN else [])
+            ctx = kb.if_(kb.all_of(conds)) if conds else None
+            if ctx is not None:
+                ctx.__enter__()
+            with fe.scope():
+                index = [*self.bidx, *_delinearize(kb, m, g.m_dims), *_delinearize(kb, n, g.n_dims)]
+                v = emit_convert(b, b.load(slot), acc_et, dot.shape.element_type)
+                current["point"] = (index, v)
+                r = fe.root_value(spec.root, index)
+                dst = b.gep(self.out_ptr, [fe.offset(out_shape, index)], inbounds=True,
+                            source_etype=storage_type(et))
+                b.store(to_storage(b, r, et), dst)
+            if ctx is not None:
+                ctx.__exit__(None, None, None)
+        self.target.end_kernel(b)
+        return self.module
+
+
 def emit_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
-    module = target.new_module(spec.kernel_name)
-    kf = target.begin_kernel(module, spec.kernel_name, spec.params)
-    kb = KernelBuilder(kf.builder, target, spec.index_type)
-    b = kb.b
-    g = spec.geometry
-    dot = spec.dot
-    lhs, rhs = dot.operands
-    n_in = len(spec.fusion.fused_computation.parameters)
-    fe = FusedEmitter(target, module, spec.kernel_name, spec.partitioned, spec.index_type, inline=True)
-    fe.bind(kb, kf.args[:n_in])
-    out_ptr = kf.args[n_in]
+    """The dot kernel for ``target``: the tensor-core path where ``use_tensor_cores`` says so
+    (NVPTX, sm_80+, f16/bf16 operands, ``target.dot_tensor_cores``), else the tiled path."""
+    from .dot_mma import emit_mma_dot_kernel, use_tensor_cores
+    if use_tensor_cores(target, spec):
+        spec.emitted["path"] = "mma"
+        return emit_mma_dot_kernel(target, spec)
+    spec.emitted["path"] = "tiled"
+    return emit_tiled_dot_kernel(target, spec)
+
+
+def emit_tiled_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
+    e = DotKernelEmission(target, spec)
+    kb, b, module = e.kb, e.b, e.module
+    tx, ty = e.tx, e.ty
 
     acc_et = spec.acc_type
     at = compute_type(acc_et)
@@ -214,12 +350,6 @@ def emit_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
     zero = ir.Constant(at, 0)
     a_tile = target.shared_array(b, "lhs_tile", at, BK * BM)
     b_tile = target.shared_array(b, "rhs_tile", at, BK * BN)
-
-    tx, ty = kb.thread_id(0), kb.thread_id(1)
-    tid = b.add(tx, b.mul(ty, kb.index(TX)))
-    m0 = b.mul(kb.block_id(1), kb.index(BM))
-    n0 = b.mul(kb.block_id(0), kb.index(BN))
-    bidx = _delinearize(kb, kb.block_id(2), g.batch) if g.batch else []
 
     with b.goto_entry_block():
         slots = [[b.alloca(at, name=f"acc{i}_{j}") for j in range(RN)] for i in range(RM)]
@@ -229,45 +359,12 @@ def emit_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
 
     fma = module.declare_intrinsic("llvm.fma", [at], ir.FunctionType(at, [at, at, at])) if is_float else None
 
-    def load(operand: HloInstruction, index: list, conds: list) -> ir.Value:
-        et = operand.shape.element_type
-
-        def read():
-            return emit_convert(b, fe.value(operand, index), et, acc_et)
-        if not conds:
-            with fe.scope():
-                return read()
-        return fe.branch(kb.all_of(conds), read, lambda: zero)
-
-    def store_tile(tile: ir.Value, off: ir.Value, v: ir.Value) -> None:
-        b.store(v, b.gep(tile, [off], inbounds=True, source_etype=at))
-
-    per_thread_a = BM * BK // NUM_THREADS
-    per_thread_b = BN * BK // NUM_THREADS
-    k_steps = -(-g.K // BK)
+    k_steps = -(-spec.geometry.K // BK)
     with kb.loop(0, k_steps, name="kstep") as step:
-        with fe.scope():
-            k0 = b.mul(step, kb.index(BK))
-            # lhs tile: BM x BK, k fastest among consecutive threads; stored k-major [BK][BM]
-            for s in range(per_thread_a):
-                lin = b.add(tid, kb.index(s * NUM_THREADS))
-                kk, mm = b.urem(lin, kb.index(BK)), b.udiv(lin, kb.index(BK))
-                m, k = b.add(m0, mm), b.add(k0, kk)
-                conds = ([b.icmp_unsigned("<", m, kb.index(g.M))] if g.M % BM else []) + \
-                        ([b.icmp_unsigned("<", k, kb.index(g.K))] if g.K % BK else [])
-                index = _operand_index(lhs.shape.rank, g.lhs_batch, g.lhs_contract, g.lhs_free, bidx,
-                                       _delinearize(kb, k, g.k_dims), _delinearize(kb, m, g.m_dims))
-                store_tile(a_tile, b.add(b.mul(kk, kb.index(BM)), mm), load(lhs, index, conds))
-            # rhs tile: BK x BN, n fastest; stored [BK][BN]
-            for s in range(per_thread_b):
-                lin = b.add(tid, kb.index(s * NUM_THREADS))
-                nn, kk = b.urem(lin, kb.index(BN)), b.udiv(lin, kb.index(BN))
-                n, k = b.add(n0, nn), b.add(k0, kk)
-                conds = ([b.icmp_unsigned("<", n, kb.index(g.N))] if g.N % BN else []) + \
-                        ([b.icmp_unsigned("<", k, kb.index(g.K))] if g.K % BK else [])
-                index = _operand_index(rhs.shape.rank, g.rhs_batch, g.rhs_contract, g.rhs_free, bidx,
-                                       _delinearize(kb, k, g.k_dims), _delinearize(kb, n, g.n_dims))
-                store_tile(b_tile, b.add(b.mul(kk, kb.index(BN)), nn), load(rhs, index, conds))
+        with e.fe.scope():
+            # lhs stored k-major [BK][BM], rhs [BK][BN]
+            e.stage_tiles(step, acc_et, a_tile, lambda mm, kk: b.add(b.mul(kk, kb.index(BM)), mm),
+                          b_tile, lambda kk, nn: b.add(b.mul(kk, kb.index(BN)), nn))
             target.barrier(b)
             acc = [[b.load(s) for s in row] for row in slots]
             for kk in range(BK):
@@ -287,34 +384,5 @@ def emit_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
             target.barrier(b)
 
     # epilogue: the accumulator is the dot's value at this thread's outputs
-    current: dict = {}
-
-    def dot_value(index: Sequence[ir.Value]) -> ir.Value:
-        idx, v = current["point"]
-        if len(idx) != len(index) or any(x is not y for x, y in zip(idx, index)):
-            raise AssertionError(f"dot emitter: %{dot.name} read at an index other than its output's")
-        return v
-
-    fe.inject(dot, dot_value)
-    et = spec.root.shape.element_type
-    out_shape = spec.root.shape
-    for i in range(RM):
-        m = b.add(m0, b.add(ty, kb.index(TY * i)))
-        for j in range(RN):
-            n = b.add(n0, b.add(tx, kb.index(TX * j)))
-            conds = ([b.icmp_unsigned("<", m, kb.index(g.M))] if g.M % BM else []) + \
-                    ([b.icmp_unsigned("<", n, kb.index(g.N))] if g.N % BN else [])
-            ctx = kb.if_(kb.all_of(conds)) if conds else None
-            if ctx is not None:
-                ctx.__enter__()
-            with fe.scope():
-                index = [*bidx, *_delinearize(kb, m, g.m_dims), *_delinearize(kb, n, g.n_dims)]
-                v = emit_convert(b, b.load(slots[i][j]), acc_et, dot.shape.element_type)
-                current["point"] = (index, v)
-                r = fe.root_value(spec.root, index)
-                dst = b.gep(out_ptr, [fe.offset(out_shape, index)], inbounds=True, source_etype=storage_type(et))
-                b.store(to_storage(b, r, et), dst)
-            if ctx is not None:
-                ctx.__exit__(None, None, None)
-    target.end_kernel(b)
-    return module
+    return e.epilogue([(b.add(ty, kb.index(TY * i)), b.add(tx, kb.index(TX * j)), slots[i][j])
+                       for i in range(RM) for j in range(RN)])

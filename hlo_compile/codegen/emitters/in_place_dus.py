@@ -2,8 +2,9 @@
 
 XLA (notes/xla.md §b.3, ``in_place_dynamic_update_slice.cc``) emits a fusion whose roots are
 all dynamic-update-slices (possibly through bitcasts) of a parameter as a kernel over the
-*update* shape: the output buffer already holds the updated operand (XLA aliases the two; our
-runtime copies the operand into the output first, ``output_initialized_from``) and each thread
+*update* shape: the output buffer already holds the updated operand (XLA aliases the two, and so
+do we when ``plan_module`` can donate the operand's buffer, ``donated``; otherwise the runtime
+copies the operand into the output first, ``output_initialized_from``) and each thread
 writes its update element at ``update index + clamp(start, 0, dim - update_dim)``.
 
 Launch and unroll follow the loop emitter's heuristics on the update shape. Bitcasts between
@@ -13,7 +14,7 @@ physical position, so the offset in the DUS shape is the offset in the output bu
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llvmlite import ir
 
@@ -22,13 +23,13 @@ from ...hlo.tiling import physical_size
 from ...indexing.indexing_map import IndexingMap
 from ..affine_emitter import AffineEmitter
 from ..fused_emitter import FusedEmitter, to_storage
-from ..index_ops import _start_index
+from ..index_ops import start_index
 from ..kernel_builder import KernelBuilder
 from ..launch import loop_fusion_config, thread_to_output_map
 from ..llvm_types import storage_type
 from ..partitioner import PartitionedComputation, partition
 from ..target import KernelParam, LaunchDims, Target
-from .loop import _maybe_if, fall_back_to_loop, fusion_params, kernel_index_type, output_leaves
+from .loop import maybe_if, fall_back_to_loop, fusion_params, kernel_index_type, output_leaves
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,12 @@ class InPlaceDusKernelSpec:
     unroll: int
     index_type: ir.IntType
     output_initialized_from: dict
+    # {output leaf: operand} whose buffer plan_module donated to the output (no copy)
+    donated: dict = field(default_factory=dict)
 
     @property
     def params(self) -> list[KernelParam]:
-        return fusion_params(self.fusion)
+        return fusion_params(self.fusion, self.donated)
 
     def emit(self, target: Target) -> ir.Module:
         return emit_in_place_dus_kernel(target, self)
@@ -54,7 +57,8 @@ class InPlaceDusKernelSpec:
         upd = self.updates[0].operands[1].shape.to_text(print_layout=False)
         return [f"in place: {len(self.updates)} dynamic-update-slice(s) over update shape {upd}, "
                 f"unroll {self.unroll}, index type {self.index_type}",
-                f"outputs start as operands: {self.output_initialized_from}",
+                f"outputs start as operands: {self.output_initialized_from}"
+                + (f", donated (in place): {self.donated}" if self.donated else ", copied"),
                 f"thread -> update: {self.thread_map.to_text()}",
                 *self.partitioned.to_text().splitlines()]
 
@@ -121,10 +125,10 @@ def emit_in_place_dus_kernel(target: Target, spec: InPlaceDusKernelSpec) -> ir.M
     starts = []
     for dus in spec.updates:
         dims, udims = dus.shape.dimensions, dus.operands[1].shape.dimensions
-        starts.append([_start_index(fe, dus, 2 + d, n - u) for d, (n, u) in enumerate(zip(dims, udims))])
+        starts.append([start_index(fe, dus, 2 + d, n - u) for d, (n, u) in enumerate(zip(dims, udims))])
     for point in itertools.product(*(range(lo, hi + 1) for lo, hi in m.ranges)):
         ae = AffineEmitter(kb, ids, [kb.index(s) for s in point], bounds=lambda v: m.bound(v))
-        with _maybe_if(kb, ae.in_bounds(m.constraints)), fe.scope():
+        with maybe_if(kb, ae.in_bounds(m.constraints)), fe.scope():
             index = ae.emit_all(m.exprs)
             stores = []
             for dus, start, ptr in zip(spec.updates, starts, out_ptrs):

@@ -62,11 +62,17 @@ class LoopKernelSpec:
         return {"unroll": self.unroll, "index_type": str(self.index_type)}
 
 
-def fusion_params(fusion: HloInstruction) -> list[KernelParam]:
-    """Kernel parameters of a fusion: its operands, then one buffer per output leaf."""
+def fusion_params(fusion: HloInstruction, donated: dict[int, int] | None = None) -> list[KernelParam]:
+    """Kernel parameters of a fusion: its operands, then one buffer per output leaf.
+    ``donated`` ({output leaf: operand}, in-place kernels): those operands and outputs are the
+    same buffer, so neither is ``noalias`` and the operand is not ``readonly``."""
+    donated = donated or {}
+    aliased = set(donated.values())
     comp = fusion.fused_computation
-    ins = [KernelParam(f"in{i}.{p.name}") for i, p in enumerate(comp.parameters)]
-    outs = [KernelParam(f"out{i}.{r.name}", readonly=False) for i, (r, _) in enumerate(output_leaves(fusion))]
+    ins = [KernelParam(f"in{i}.{p.name}", readonly=i not in aliased, noalias=i not in aliased)
+           for i, p in enumerate(comp.parameters)]
+    outs = [KernelParam(f"out{i}.{r.name}", readonly=False, noalias=i not in donated)
+            for i, (r, _) in enumerate(output_leaves(fusion))]
     return ins + outs
 
 
@@ -102,7 +108,7 @@ def emit_loop_kernel(target: Target, spec: LoopKernelSpec) -> ir.Module:
     if n_elements % spec.unroll == 0:
         # a thread's elements are all in range or all out of it: one check at unroll index 0
         zero = tuple(lo for lo, _ in m.ranges)
-        with _maybe_if(kb, emitter(zero).in_bounds(m.constraints)):
+        with maybe_if(kb, emitter(zero).in_bounds(m.constraints)):
             indices = [_output_indices(spec, outputs, emitter(p)) for p in points]
             for idx in indices:
                 for ((root, _), _, _), index in zip(outputs, idx):
@@ -113,7 +119,7 @@ def emit_loop_kernel(target: Target, spec: LoopKernelSpec) -> ir.Module:
     else:
         for p in points:
             ae = emitter(p)
-            with _maybe_if(kb, ae.in_bounds(m.constraints)), fe.scope():
+            with maybe_if(kb, ae.in_bounds(m.constraints)), fe.scope():
                 _store_all(kb, fe, _compute_point(fe, outputs, _output_indices(spec, outputs, ae)))
     target.end_kernel(kb.b)
     return module
@@ -140,7 +146,7 @@ def _compute_point(fe: FusedEmitter, outputs, indices) -> list:
     return result
 
 
-class _maybe_if:
+class maybe_if:
     """``kb.if_(all of conds)``, or nothing when there is no condition."""
 
     def __init__(self, kb: KernelBuilder, conds: Sequence[ir.Value]):

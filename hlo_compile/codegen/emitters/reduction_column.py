@@ -1,4 +1,4 @@
-"""Column reductions (XLA's ``ColumnReductionFusion``); small columns are routed here too.
+"""Column reductions (XLA's ``ColumnReductionFusion``; small columns: ``reduction_small_column``).
 
 Normalised shape ``[a, b, c]`` reduced to ``[a, c]``. Blocks ``[a, ceil(c / (32·v))]`` of
 32×32 threads (thread t: ``tx = t mod 32`` picks ``v`` adjacent columns, ``ty = t div 32``
@@ -16,9 +16,12 @@ from .reduction_common import WARP, ReductionEmitter, ReductionKernelSpec, norma
 
 
 def emit_column_kernel(target: Target, spec: ReductionKernelSpec) -> ir.Module:
+    return ReductionEmitter(target, spec).emit_groups(lambda e: _emit_column_group(target, spec, e))
+
+
+def _emit_column_group(target: Target, spec: ReductionKernelSpec, e: ReductionEmitter) -> None:
     v = spec.geometry["vector_size"]
     a_n, b_n, c_n = spec.rd.dimensions
-    e = ReductionEmitter(target, spec)
     kb, b = e.kb, e.b
     t = kb.thread_id(0)
     tx = b.urem(t, kb.index(WARP))
@@ -30,10 +33,16 @@ def emit_column_kernel(target: Target, spec: ReductionKernelSpec) -> ir.Module:
     with kb.loop(0, rows, name="rows") as k, e.fe.scope():
         row = b.add(ty, b.mul(k, kb.index(WARP)))
         with kb.if_(b.icmp_unsigned("<", row, kb.index(b_n))), e.fe.scope():
-            for j in range(v):
-                c = b.add(c_base, b.add(b.mul(tx, kb.index(v)), kb.index(j)))
-                with kb.if_(b.icmp_unsigned("<", c, kb.index(c_n))), e.fe.scope():
-                    e.accumulate(accs, j, normalized_linear(kb, spec.rd, a, row, c))
+            c0 = b.add(c_base, b.mul(tx, kb.index(v)))
+            if c_n % v == 0:   # the thread's v columns are all in range or all out of it
+                with kb.if_(b.icmp_unsigned("<", c0, kb.index(c_n))), e.fe.scope():
+                    first = normalized_linear(kb, spec.rd, a, row, c0)
+                    e.accumulate_vector(accs, list(range(v)), first)
+            else:
+                for j in range(v):
+                    c = b.add(c0, kb.index(j)) if j else c0
+                    with kb.if_(b.icmp_unsigned("<", c, kb.index(c_n))), e.fe.scope():
+                        e.accumulate(accs, j, normalized_linear(kb, spec.rd, a, row, c))
     pitch = WARP + 1
     arrays = e.shared_arrays("column_tile", WARP * v * pitch)
     for j in range(v):
@@ -48,7 +57,6 @@ def emit_column_kernel(target: Target, spec: ReductionKernelSpec) -> ir.Module:
         ok = b.and_(b.icmp_unsigned("==", tx, kb.index(0)), b.icmp_unsigned("<", c, kb.index(c_n)))
         with kb.if_(ok):
             e.write_results(vals, normalized_linear(kb, spec.rd, a, kb.index(0), c))
-    return e.finish()
 
 
 def column_geometry(rd, vector_size_fn) -> dict:

@@ -12,6 +12,12 @@ hero's output index.
 leaf per hero), the accumulate step (prologue fused through ``FusedEmitter.value``; side
 outputs written at the same point), the warp shuffle tree (wide values as 32-bit pieces)
 and the epilogue write (heroes injected into the fused computation).
+
+Disjoint reduction groups (XLA's ``GroupDisjointReductions``): roots whose computations share
+no operand (broadcast constants and scalars aside) are reduced by different blocks, the
+group being ``blockIdx.z``; ``emit_groups`` emits one variant body per group under
+``if bl_z == g`` (uniform per block, so the barriers inside are reached by every thread of
+the block) with the emitter's active heroes/roots set to that group's.
 """
 from __future__ import annotations
 
@@ -23,10 +29,10 @@ from llvmlite import ir
 
 from ...hlo import HloInstruction
 from ..elemental_ops import emit_call_computation
-from ..fused_emitter import FusedEmitter, to_storage
+from ..fused_emitter import FusedEmitter, from_storage, to_storage
 from ..fusion_analysis import ReductionDimensions
 from ..kernel_builder import KernelBuilder
-from ..llvm_types import I32, storage_type
+from ..llvm_types import I32, storage_bytes, storage_type
 from ..target import LaunchDims, Target
 from .loop import fusion_params, output_leaves
 
@@ -50,11 +56,32 @@ class ReductionKernelSpec:
     index_type: ir.IntType
     geometry: dict = field(default_factory=dict)  # variant parameters (threads, tile, vector size)
     notes: list[str] = field(default_factory=list)
+    # disjoint reduction groups, one per blockIdx.z: (heroes, reduce roots, side roots) each;
+    # empty means one group holding everything
+    groups: list[tuple[list, list, list]] = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.groups:
+            self.groups = [(list(self.heroes), list(self.reduce_roots), list(self.side_roots))]
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.groups)
+
+    def group_of(self, inst: HloInstruction) -> int:
+        """The reduction group (``blockIdx.z``) of a hero, reduce root or side root."""
+        for g, (heroes, roots, sides) in enumerate(self.groups):
+            if any(x is inst for x in (*heroes, *roots, *sides)):
+                return g
+        raise KeyError(inst.name)
 
     def emit(self, target: Target) -> ir.Module:
         if self.variant == "column":
             from .reduction_column import emit_column_kernel
             return emit_column_kernel(target, self)
+        if self.variant == "small-column":
+            from .reduction_small_column import emit_small_column_kernel
+            return emit_small_column_kernel(target, self)
         from .reduction_row import emit_row_kernel
         return emit_row_kernel(target, self)
 
@@ -63,8 +90,20 @@ class ReductionKernelSpec:
         if self.variant == "column":
             from .reduction_column import column_walks
             return column_walks(self)
+        if self.variant == "small-column":
+            from .reduction_small_column import small_column_walks
+            return small_column_walks(self)
         from .reduction_row import row_walks
         return row_walks(self)
+
+    def _group_constraint(self, inst: HloInstruction) -> list[tuple]:
+        """``bl_z in [g, g]`` for ``inst``'s group when there are several (XLA's
+        ``AddGroupIdConstraint``)."""
+        if self.num_groups == 1:
+            return []
+        from ...indexing import affine as A
+        g = self.group_of(inst)
+        return [(A.dim(5), g, g)]
 
     def thread_to_input_map(self, hero: int = 0, operand: int = 0):
         """``(th_x, th_y, th_z, bl_x, bl_y, bl_z)[loops..., vector] -> index`` of the hero's
@@ -73,6 +112,7 @@ class ReductionKernelSpec:
         from .transpose_tiling import expr_delinearize, thread_map
         (linear, ranges, cons), _ = self._walks()
         shape = self.heroes[hero].operands[operand].shape
+        cons = list(cons) + self._group_constraint(self.heroes[hero])
         return thread_map(expr_delinearize(linear, shape.dimensions, shape.minor_to_major), self.launch, ranges,
                           cons)
 
@@ -90,21 +130,25 @@ class ReductionKernelSpec:
             hs, rs = _array_shape(hero), _array_shape(r)
             index = expr_delinearize(expr_linearize(index, hs.dimensions, hs.minor_to_major), rs.dimensions,
                                      rs.minor_to_major)
-        return thread_map(index, self.launch, ranges, cons)
+        return thread_map(index, self.launch, ranges, list(cons) + self._group_constraint(r))
 
     def report_lines(self) -> list[str]:
         geo = ", ".join(f"{k} {v}" for k, v in self.geometry.items())
         lines = [f"reduction {self.variant} (XLA: {self.xla_variant}) over [{', '.join(map(str, self.rd.dimensions))}]"
                  f": {geo}, index type {self.index_type}",
                  f"heroes: {', '.join('%' + h.name for h in self.heroes)}"
-                 + (f"; side outputs: {', '.join('%' + r.name for r in self.side_roots)}" if self.side_roots else "")]
+                 + (f"; side outputs: {', '.join('%' + r.name for r in self.side_roots)}" if self.side_roots else ""),
+                 f"launch: grid {tuple(self.launch.grid)}, block {tuple(self.launch.block)}; "
+                 f"{self.num_groups} reduction group{'s' if self.num_groups > 1 else ''} (blockIdx.z)"
+                 + "".join(f"; group {g}: {', '.join('%' + r.name for r in (*roots, *sides))}"
+                           for g, (_, roots, sides) in enumerate(self.groups)) * (self.num_groups > 1)]
         lines.append(f"thread -> input (%{self.heroes[0].operands[0].name}): {self.thread_to_input_map()}")
         lines += [f"thread -> output (%{r.name}): {self.thread_to_output_map(i)}" for i, r in enumerate(self.reduce_roots)]
         return lines + self.notes + self.partitioned.to_text().splitlines()
 
     def summary_fields(self) -> dict:
         return {"reduction_path": self.variant, **{k: v for k, v in self.geometry.items()},
-                "index_type": str(self.index_type)}
+                "reduction_groups": self.num_groups, "index_type": str(self.index_type)}
 
 
 # ---- index helpers ---------------------------------------------------------------------------
@@ -200,11 +244,28 @@ class ReductionEmitter:
         # reducer leaves per hero: (inputs, inits, types)
         self.n_inputs = {id(h): len(h.operands) // 2 for h in spec.heroes}
         self.inits = {id(h): [self.fe.value(i, ()) for i in h.operands[self.n_inputs[id(h)]:]] for h in spec.heroes}
+        # the active group's heroes and roots (every one until ``emit_groups`` picks a group)
+        self.heroes, self.reduce_roots, self.side_roots = spec.heroes, spec.reduce_roots, spec.side_roots
+
+    def emit_groups(self, body) -> ir.Module:
+        """``body(self)`` once per reduction group; with several groups each body runs under
+        ``if blockIdx.z == g`` with that group's heroes and roots active."""
+        groups = self.spec.groups
+        if len(groups) == 1:
+            self.heroes, self.reduce_roots, self.side_roots = groups[0]
+            body(self)
+            return self.finish()
+        bz = self.kb.block_id(2)
+        for g, (heroes, roots, sides) in enumerate(groups):
+            self.heroes, self.reduce_roots, self.side_roots = heroes, roots, sides
+            with self.kb.if_(self.b.icmp_unsigned("==", bz, self.kb.index(g))), self.fe.scope():
+                body(self)
+        return self.finish()
 
     # accumulators: one alloca per (hero, leaf, slot)
     def new_accumulators(self, slots: int = 1) -> dict:
         accs = {}
-        for h in self.spec.heroes:
+        for h in self.heroes:
             per_slot = []
             for _ in range(slots):
                 with self.b.goto_entry_block():
@@ -218,18 +279,86 @@ class ReductionEmitter:
     def accumulate(self, accs: dict, slot: int, linear: ir.Value) -> None:
         """Fold the operand element at ``linear`` into every hero's accumulator ``slot`` and
         write the side outputs at that point (call inside a guarded scope)."""
+        self._accumulate_lanes(accs, [slot], lambda shape: [delinearize(self.kb, linear, shape)])
+
+    def accumulate_vector(self, accs: dict, slots: Sequence[int], first: ir.Value) -> None:
+        """Fold one thread's vector, the ``len(slots)`` adjacent normalised positions from
+        ``first`` (a multiple of the vector size), lane ``j`` into accumulator ``slots[j]``;
+        call inside a guarded scope (every lane in range). As XLA's vectorised loop body
+        (``vector.transfer_read``): each fusion parameter read at the lanes' own index is
+        loaded once as an aligned ``<v x T>`` vector (``ld.global.nc.v2``/``.v4``) before any
+        arithmetic; the other reads are scalar loads. Then the reducer calls, then the side
+        output stores."""
+        v = len(slots)
+        if v == 1:
+            return self.accumulate(accs, slots[0], first)
+        b, kb = self.b, self.kb
+        lanes: dict[tuple, tuple[list, bool]] = {}
+
+        def lane_indices(shape) -> list:
+            key = _shape_key(shape)
+            if key not in lanes:
+                minor = next((d for d in shape.minor_to_major if shape.dimensions[d] != 1), None)
+                if minor is not None and shape.dimensions[minor] % v == 0 and not (shape.layout and shape.layout.tiles):
+                    # the vector stays in one minor row: lanes differ in the minor coordinate only
+                    idx0 = delinearize(kb, first, shape)
+                    out = [idx0] + [[b.add(x, kb.index(j), flags=("nuw", "nsw")) if d == minor else x
+                                     for d, x in enumerate(idx0)] for j in range(1, v)]
+                    lanes[key] = (out, True)
+                else:
+                    lanes[key] = ([delinearize(kb, b.add(first, kb.index(j)) if j else first, shape)
+                                   for j in range(v)], False)
+            return lanes[key][0]
+
+        starts = [x for h in self.heroes for x in h.operands[:self.n_inputs[id(h)]]] + list(self.side_roots)
+        for inst in starts:
+            idx = lane_indices(_array_shape(inst))
+            if lanes[_shape_key(_array_shape(inst))][1]:
+                for param in _same_index_parameters(inst):
+                    self._vector_load(param, idx)
+        self._accumulate_lanes(accs, slots, lane_indices)
+
+    def _vector_load(self, param: HloInstruction, lanes: list) -> None:
+        """One ``<v x T>`` load of ``param`` at ``lanes[0]``; lane ``j``'s element is what
+        ``FusedEmitter.value(param, lanes[j])`` returns in this scope."""
+        fe, b = self.fe, self.b
+        if fe.known(param, lanes[0]):
+            return
+        et = param.shape.element_type
+        st = storage_type(et)
+        v = len(lanes)
+        ptr = b.gep(fe.parameter_pointer(param), [fe.offset(param.shape, lanes[0])], inbounds=True,
+                    source_etype=st)
+        vec = b.load(ptr, typ=ir.VectorType(st, v))
+        vec.align = min(16, v * storage_bytes(et))   # offset is a multiple of v, buffers 16-byte aligned
+        self.target.mark_invariant(vec)
+        for j, idx in enumerate(lanes):
+            fe.seed(param, idx, from_storage(b, b.extract_element(vec, ir.Constant(I32, j)), et))
+
+    def _accumulate_lanes(self, accs: dict, slots: Sequence[int], lane_indices) -> None:
         b = self.b
-        for h in self.spec.heroes:
-            n = self.n_inputs[id(h)]
-            idx = delinearize(self.kb, linear, h.operands[0].shape)
-            vals = [self.fe.value(x, idx) for x in h.operands[:n]]
-            cur = [b.load(a) for a in accs[id(h)][slot]]
-            new = emit_call_computation(b, self.target, h.to_apply, cur + vals)
-            for a, v in zip(accs[id(h)][slot], new):
-                b.store(v, a)
-        for r in self.spec.side_roots:
-            for shape, _ in self.out_ptrs[id(r)][:1]:
-                self.store_root(r, delinearize(self.kb, linear, shape))
+        values = []
+        for j, slot in enumerate(slots):
+            per_hero = {}
+            for h in self.heroes:
+                n = self.n_inputs[id(h)]
+                idx = lane_indices(h.operands[0].shape)[j]
+                per_hero[id(h)] = [self.fe.value(x, idx) for x in h.operands[:n]]
+            sides = []
+            for r in self.side_roots:
+                for shape, _ in self.out_ptrs[id(r)][:1]:
+                    idx = lane_indices(shape)[j]
+                    sides.append((r, idx, self.fe.value(r, idx)))
+            values.append((slot, per_hero, sides))
+        for slot, per_hero, _ in values:
+            for h in self.heroes:
+                cur = [b.load(a) for a in accs[id(h)][slot]]
+                new = emit_call_computation(b, self.target, h.to_apply, cur + per_hero[id(h)])
+                for a, v in zip(accs[id(h)][slot], new):
+                    b.store(v, a)
+        for _, _, sides in values:
+            for r, idx, _ in sides:
+                self.store_root(r, idx)
 
     def load(self, accs: dict, slot: int) -> dict:
         return {k: [self.b.load(a) for a in v[slot]] for k, v in accs.items()}
@@ -241,7 +370,7 @@ class ReductionEmitter:
         d = max_distance
         while d >= 1:
             new = {}
-            for h in self.spec.heroes:
+            for h in self.heroes:
                 mine = vals[id(h)]
                 theirs = [shuffle_down(b, self.target, v, d) for v in mine]
                 new[id(h)] = emit_call_computation(b, self.target, h.to_apply, mine + theirs)
@@ -250,8 +379,9 @@ class ReductionEmitter:
         return vals
 
     def shared_arrays(self, name: str, count: int) -> dict:
-        return {id(h): [self.target.shared_array(self.b, f"{name}{k}.{i}", shared_type(v.type), count)
-                        for i, v in enumerate(self.inits[id(h)])] for k, h in enumerate(self.spec.heroes)}
+        return {id(h): [self.target.shared_array(self.b, f"{name}{self.spec.heroes.index(h)}.{i}",
+                                                 shared_type(v.type), count)
+                        for i, v in enumerate(self.inits[id(h)])] for h in self.heroes}
 
     def store_shared(self, arrays: dict, index: ir.Value, vals: dict) -> None:
         for key, ptrs in arrays.items():
@@ -264,7 +394,7 @@ class ReductionEmitter:
         """Shared values at ``index`` (the init value where ``valid`` is false; the index is
         clamped by the caller)."""
         out = {}
-        for h in self.spec.heroes:
+        for h in self.heroes:
             vs = []
             for p, init in zip(arrays[id(h)], self.inits[id(h)]):
                 st = shared_type(init.type)
@@ -289,23 +419,47 @@ class ReductionEmitter:
         ``linear`` (reduced coordinates 0); the heroes are injected with ``vals``."""
         fe = self.fe
         with fe.scope():
-            for h in self.spec.heroes:
+            for h in self.heroes:
                 v = vals[id(h)]
                 fe.injected[h] = (lambda _idx, v=v: list(v) if len(v) > 1 else v[0])
-            for r in self.spec.reduce_roots:
-                hero = _hero_of(r, self.spec.heroes)
+            for r in self.reduce_roots:
+                hero = _hero_of(r, self.heroes)
                 hidx = kept_index(self.kb, hero, linear)
                 if r is hero:
                     idx = hidx
                 else:
                     idx = delinearize(self.kb, linearize(self.kb, hidx, hero.shape), _array_shape(r))
                 self.store_root(r, idx)
-            for h in self.spec.heroes:
+            for h in self.heroes:
                 fe.injected.pop(h, None)
 
     def finish(self) -> ir.Module:
         self.target.end_kernel(self.b)
         return self.module
+
+
+def _shape_key(shape) -> tuple:
+    return tuple(shape.dimensions), tuple(shape.minor_to_major)
+
+
+def _same_index_parameters(inst: HloInstruction) -> list[HloInstruction]:
+    """The fusion parameters that ``FusedEmitter.value(inst, idx)`` reads at ``idx`` itself:
+    reached through elementwise ops (not the index-changing ones) with operands of
+    ``inst``'s dimensions and layout."""
+    from ...hlo.opcodes import ELEMENTWISE
+    from ..index_ops import INDEX_OPS
+    key = _shape_key(_array_shape(inst))
+    out, seen, stack = [], set(), [inst]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen or not x.shape.is_array or _shape_key(x.shape) != key:
+            continue
+        seen.add(id(x))
+        if x.opcode == "parameter":
+            out.append(x)
+        elif x.opcode in ELEMENTWISE and x.opcode not in INDEX_OPS:
+            stack.extend(x.operands)
+    return out
 
 
 def _array_shape(inst: HloInstruction):

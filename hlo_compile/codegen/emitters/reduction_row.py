@@ -23,10 +23,13 @@ from .reduction_common import WARP, ReductionEmitter, ReductionKernelSpec, norma
 
 
 def emit_row_kernel(target: Target, spec: ReductionKernelSpec) -> ir.Module:
+    return ReductionEmitter(target, spec).emit_groups(lambda e: _emit_row_group(target, spec, e))
+
+
+def _emit_row_group(target: Target, spec: ReductionKernelSpec, e: ReductionEmitter) -> None:
     g = spec.geometry
     nr, nk, v, tile = g["reduce_threads"], g["kept_threads"], g["vector_size"], g["tile"]
     z, y_n, x_n = spec.rd.dimensions
-    e = ReductionEmitter(target, spec)
     kb, b = e.kb, e.b
     t = kb.thread_id(0)
     tx = b.urem(t, kb.index(nr))
@@ -38,11 +41,17 @@ def emit_row_kernel(target: Target, spec: ReductionKernelSpec) -> ir.Module:
         with kb.loop(0, z, name="z") as iz, e.fe.scope():
             with kb.loop(0, tile, name="tile") as it, e.fe.scope():
                 base = b.mul(b.add(b.mul(it, kb.index(nr)), tx), kb.index(v))
-                for j in range(v):
-                    x = b.add(base, kb.index(j)) if j else base
-                    guard = b.icmp_unsigned("<", x, kb.index(x_n))
-                    with kb.if_(guard), e.fe.scope():
-                        e.accumulate(accs, 0, normalized_linear(kb, spec.rd, iz, y, x))
+                row = normalized_linear(kb, spec.rd, iz, y, base)
+                if x_n % v == 0:
+                    # a thread's vector is all in range or all out of it: one check, then
+                    # every lane's loads before the reducer (merged into one vector load)
+                    with kb.if_(b.icmp_unsigned("<", base, kb.index(x_n))), e.fe.scope():
+                        e.accumulate_vector(accs, [0] * v, row)
+                else:
+                    for j in range(v):
+                        x = b.add(base, kb.index(j)) if j else base
+                        with kb.if_(b.icmp_unsigned("<", x, kb.index(x_n))), e.fe.scope():
+                            e.accumulate(accs, 0, normalized_linear(kb, spec.rd, iz, y, x))
     vals = e.load(accs, 0)
     if nr < WARP:  # multi-row: rows of nr lanes, nr a power of two
         vals = e.warp_reduce(vals, nr // 2)
@@ -64,7 +73,6 @@ def emit_row_kernel(target: Target, spec: ReductionKernelSpec) -> ir.Module:
             vals = e.warp_reduce(vals, WARP // 2)
     with kb.if_(b.and_(y_ok, b.icmp_unsigned("==", tx, kb.index(0)))):
         e.write_results(vals, normalized_linear(kb, spec.rd, kb.index(0), y, kb.index(0)))
-    return e.finish()
 
 
 def row_geometry(rd, vector_size_fn) -> dict:

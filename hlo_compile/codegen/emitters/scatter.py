@@ -1,7 +1,8 @@
 """The scatter emitter: one thread per update element, combining into the output in place.
 
 XLA (notes/xla.md §b.3, ``scatter.cc``): the output buffer starts as the scatter operand (XLA
-aliases them; our runtime copies the operand into the output first, ``output_initialized_from``)
+aliases them, and so do we when ``plan_module`` can donate the operand's buffer, ``donated``;
+otherwise the runtime copies the operand into the output first, ``output_initialized_from``)
 and the launch covers the updates tensor (loop launch dims, one element per thread: the
 "distributed updates" variant; XLA's "distributed indices" variant for large sorted inputs
 is not implemented). A thread at update index ``u``:
@@ -30,7 +31,7 @@ only selects XLA's other variant; it does not change the results here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llvmlite import ir
 
@@ -45,7 +46,7 @@ from ..launch import LoopConfig, loop_launch_dims, thread_to_output_map
 from ..llvm_types import I32, I64, storage_type
 from ..partitioner import PartitionedComputation, partition
 from ..target import KernelParam, LaunchDims, Target
-from .loop import _maybe_if, fusion_params, kernel_index_type
+from .loop import maybe_if, fusion_params, kernel_index_type
 
 _RMW_OPS = {"add": ("fadd", "add", "add"), "maximum": (None, "max", "umax"), "minimum": (None, "min", "umin")}
 
@@ -61,10 +62,12 @@ class ScatterKernelSpec:
     index_type: ir.IntType
     combine: str                # "store" | "atomicrmw <op>" | "cas"
     output_initialized_from: dict
+    # {output leaf: operand} whose buffer plan_module donated to the output (no copy)
+    donated: dict = field(default_factory=dict)
 
     @property
     def params(self) -> list[KernelParam]:
-        return fusion_params(self.fusion)
+        return fusion_params(self.fusion, self.donated)
 
     def emit(self, target: Target) -> ir.Module:
         return emit_scatter_kernel(target, self)
@@ -74,7 +77,8 @@ class ScatterKernelSpec:
         upd = self.scatter.operands[n + 1].shape.to_text(print_layout=False)
         return [f"scatter %{self.scatter.name}: one thread per update element of {upd}, combine by "
                 f"{self.combine}, index type {self.index_type}",
-                f"outputs start as operands: {self.output_initialized_from}",
+                f"outputs start as operands: {self.output_initialized_from}"
+                + (f", donated (in place): {self.donated}" if self.donated else ", copied"),
                 f"thread -> update: {self.thread_map.to_text()}",
                 *self.partitioned.to_text().splitlines()]
 
@@ -186,10 +190,10 @@ def emit_scatter_kernel(target: Target, spec: ScatterKernelSpec) -> ir.Module:
     if scatter.operands[n + 1].shape.element_count() == 0:
         target.end_kernel(b)
         return module
-    with _maybe_if(kb, ae.in_bounds(m.constraints)):
+    with maybe_if(kb, ae.in_bounds(m.constraints)):
         u = ae.emit_all(m.exprs)
         full, conds = _operand_index(kb, fe, scatter, u)
-        with _maybe_if(kb, conds), fe.scope():
+        with maybe_if(kb, conds), fe.scope():
             values = [fe.value(scatter.operands[n + 1 + k], u) for k in range(n)]
             shapes = scatter.shape.tuple_shapes if scatter.shape.is_tuple else [scatter.shape]
             ptrs = []

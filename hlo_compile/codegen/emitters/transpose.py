@@ -4,10 +4,17 @@ A fusion whose hero is a transpose is emitted in two phases over a tile of the h
 *normalised* operand (size-1 dims dropped, dims that stay adjacent merged: ``[A, B, C] ->
 [A, C, B]`` is "021", ``-> [C, B, A]`` "210", ``-> [B, A, C]`` "102"):
 
-- The tile is 32 × 32 on the two dims the transpose swaps into minor position (the operand's
-  minor dim and the dim that becomes the output's minor dim; for "102" the two second-minor
-  dims, with the whole kept minor dim inside the tile), 1 on every other dim. A dim smaller
-  than 32 gets a tile of its own size (fewer idle loop turns; XLA keeps 32 and masks).
+- The tile is 32·v × 32·v on the two dims the transpose swaps into minor position (the
+  operand's minor dim and the dim that becomes the output's minor dim; for "102" 32 × 32 on
+  the two second-minor dims, with the whole kept minor dim inside the tile), 1 on every other
+  dim. A dim smaller than the tile edge gets a tile of its own size (fewer idle loop turns;
+  XLA keeps 32·v and masks).
+- Vector size v (minor dim moves, ``_vector_size``): tried from 4 bytes / element bytes down
+  to 2 (bf16: 2, s8: 4, f32: 1), taken when there is enough work (blocks·128 ≥
+  v²·cores·threads per core), the shared tiles ·v² fit, and both swapped dims are divisible
+  by v. A thread then handles v consecutive elements of the tile's minor dim per loop turn
+  (``lin = s0·128·v + th_x·v + s1``): its v global loads (phase 1) and stores (phase 2) are
+  adjacent and merge into vector accesses (``ld.global.nc.v2.b16``, ``st.global.v2.b16``).
 - 128 threads per block; blocks = Π ceil(dim / tile) over the operand dims.
 - Phase 1: the threads walk the tile in the *operand's* row-major order (consecutive threads
   read consecutive addresses), compute the hero's operand through the fused prologue
@@ -26,8 +33,9 @@ row-major linear index; a root reached from its hero through intermediate ops (e
 keeping the layout, bitcasts) shares the hero's physical offset. Both are plain
 (de)linearisations. Anything else (sub-byte types, tiled root layouts, layout-changing
 elementwise ops between hero and root, tuple roots) is refused: ``plan_transpose_kernel``
-then hands the fusion to the loop emitter and says so. The packed variant (§b.4) is emitted
-with the same tiled algorithm (reported as such).
+then hands the fusion to the loop emitter and says so. When XLA picks the packed variant
+(§b.4, ``transpose_description(...).packed``) ``transpose_packed.py`` emits it; if its own
+checks fail the tiled algorithm takes the fusion (reported as such).
 """
 from __future__ import annotations
 
@@ -46,9 +54,9 @@ from ..llvm_types import storage_type
 from ..partitioner import PartitionedComputation, partition
 from ..target import KernelParam, LaunchDims, Target
 from .loop import fall_back_to_loop, fusion_params, kernel_index_type, output_leaves
-from .transpose_tiling import (MAX_BLOCKS, NUM_THREADS, Guarded, TransposeTiling, delinearize,
-                               delinearize_order, expr_delinearize, expr_linearize, linearize, reshape_index,
-                               thread_map)
+from .transpose_tiling import (MAX_BLOCKS, NO_WRAP, NUM_THREADS, TILE, Guarded, TransposeTiling, VectorLoads,
+                               delinearize, delinearize_order, element_pointer, expr_delinearize,
+                               expr_linearize, linearize, maps_report_lines, reshape_index, thread_map)
 
 
 # ---- the plan --------------------------------------------------------------------------------
@@ -72,6 +80,7 @@ class TransposeKernelSpec:
     index_type: ir.IntType
     variant: str
     static_shared_bytes: int
+    fallback: str = ""                   # why a "packed" fusion is emitted with the tiled algorithm
 
     @property
     def params(self) -> list[KernelParam]:
@@ -93,16 +102,20 @@ class TransposeKernelSpec:
         tile, dims = (t.tile, t.dims) if phase == 1 else (t.out_tile, t.out_dims)
         if phase == 2:
             origin = [origin[p] for p in t.perm]
-        lin = A.add(th, A.mul(s0, NUM_THREADS))
+        ranges = [(0, t.iterations - 1)]
+        lin = A.add(A.mul(th, t.vector), A.mul(s0, t.per_turn))
+        if t.vector > 1:   # symbol s1: the element of the thread's vector
+            lin = A.add(lin, A.sym(1))
+            ranges.append((0, t.vector - 1))
         cons = [(lin, 0, t.tile_elements - 1)]
         coord = expr_delinearize(lin, tile)
         index = [A.add(o, c) for o, c in zip(origin, coord)]
         cons += [(i, 0, d - 1) for i, d in zip(index, dims)]
-        return index, [(0, t.iterations - 1)], cons
+        return index, ranges, cons
 
     def thread_to_input_map(self, hero: int = 0):
-        """``(th_x, th_y, th_z, bl_x, bl_y, bl_z)[s0] -> operand index`` of phase 1 (the hero's
-        operand, real shape; s0 = loop turn)."""
+        """``(th_x, th_y, th_z, bl_x, bl_y, bl_z)[s0(, s1)] -> operand index`` of phase 1 (the
+        hero's operand, real shape; s0 = loop turn, s1 = vector element when v > 1)."""
         t = self.tiling
         operand = self.heroes[hero].operands[0].shape
         index, ranges, cons = self._tile_walk(1)
@@ -124,22 +137,24 @@ class TransposeKernelSpec:
     def report_lines(self) -> list[str]:
         t = self.tiling
         x = "x".join
-        kind = self.variant + (" (emitted with the tiled algorithm)" if self.variant == "packed" else "")
+        kind = self.variant + (" (emitted with the tiled algorithm: " + self.fallback + ")"
+                               if self.variant == "packed" else "")
         lines = [f"transpose {kind}: normalised [{', '.join(map(str, t.dims))}] -> "
                  f"[{', '.join(map(str, t.out_dims))}], permutation {{{','.join(map(str, t.perm))}}}",
-                 f"tile {x(map(str, t.tile))} ({NUM_THREADS} threads, {t.iterations} per thread and phase), "
+                 f"tile {x(map(str, t.tile))} ({NUM_THREADS} threads, {t.iterations} per thread and phase, "
+                 f"vector {t.vector}), "
                  f"blocks {x(map(str, t.block_counts))} = {t.num_blocks}",
                  f"shared tile {x(map(str, t.shmem_shape))} x {len(self.heroes)} hero(es): "
                  f"{self.static_shared_bytes} B static, index type {self.index_type}",
-                 f"side outputs (phase 1): {', '.join('%' + l.root.name for l in self.leaves if l.hero is None) or '-'}",
-                 f"thread -> input (%{self.heroes[0].operands[0].name}): {self.thread_to_input_map()}"]
-        lines += [f"thread -> output {i} (%{l.root.name}): {self.thread_to_output_map(i)}"
-                  for i, l in enumerate(self.leaves)]
-        return lines + self.partitioned.to_text().splitlines()
+                 ]
+        return lines + maps_report_lines(self)
 
     def summary_fields(self) -> dict:
-        return {"tile": list(self.tiling.tile), "threads_per_block": NUM_THREADS,
-                "static_shared_bytes": self.static_shared_bytes, "index_type": str(self.index_type)}
+        out = {"tile": list(self.tiling.tile), "threads_per_block": NUM_THREADS, "vector_size": self.tiling.vector,
+               "static_shared_bytes": self.static_shared_bytes, "index_type": str(self.index_type)}
+        if self.variant == "packed":   # XLA's choice, emitted with the tiled algorithm
+            out.update(variant="tiled", xla_variant="packed")
+        return out
 
 
 def plan_transpose_kernel(fusion: HloInstruction, analysis, device, kernel_name: str):
@@ -148,17 +163,49 @@ def plan_transpose_kernel(fusion: HloInstruction, analysis, device, kernel_name:
     if why is not None:
         return fall_back_to_loop(fusion, analysis, device, kernel_name, "transpose", why)
     desc = analysis.transpose
-    tiling = TransposeTiling.for_transpose(desc.operand_dimensions, desc.permutation)
     leaves, heroes = [], []
     for (root, shape), hero in zip(output_leaves(fusion), _hero_per_leaf(analysis)):
         if hero is not None and hero not in heroes:
             heroes.append(hero)
         leaves.append(OutputLeaf(root, shape, hero))
+    fallback = ""
+    if desc.packed:
+        from .transpose_packed import plan_packed_transpose
+        packed = plan_packed_transpose(fusion, analysis, kernel_name, tuple(heroes), tuple(leaves))
+        if not isinstance(packed, str):
+            return packed
+        fallback = packed
+    tiling = TransposeTiling.for_transpose(desc.operand_dimensions, desc.permutation,
+                                           _vector_size(desc, heroes, device))
     launch = LaunchDims((tiling.num_blocks, 1, 1), (NUM_THREADS, 1, 1), 0)
     shared = sum(-(-tiling.shmem_elements * _bytes(h) // 16) * 16 for h in heroes)
     return TransposeKernelSpec(kernel_name, fusion, partition(fusion.fused_computation), tiling, tuple(heroes),
                                tuple(leaves), launch, kernel_index_type(fusion, launch), analysis.variant or "tiled",
-                               shared)
+                               shared, fallback)
+
+
+MAX_VECTOR_BYTES = 4   # CUDA: vectorise up to 4 bytes per thread access (ROCm: 16)
+
+
+def _vector_size(desc, heroes: Sequence[HloInstruction], device) -> int:
+    """XLA's vector size of the tiled transpose (notes §b.4): 1 unless the minor dim moves and
+    narrow elements leave room; then the largest v in 4 bytes / element bytes, ..., 2 with
+    enough work, enough shared memory and both swapped dims divisible by v."""
+    dims, perm = desc.operand_dimensions, desc.permutation
+    if perm[-1] == len(dims) - 1 or not heroes:
+        return 1
+    max_bytes = max(_bytes(h) for h in heroes)
+    shmem_usage = sum(TILE * (TILE + 1) * _bytes(h) for h in heroes)
+    blocks = TransposeTiling.for_transpose(dims, perm).num_blocks
+    v = MAX_VECTOR_BYTES // max_bytes
+    while v > 1:
+        enough_work = blocks * NUM_THREADS >= v * v * device.core_count * device.threads_per_core_limit
+        enough_shmem = shmem_usage * v * v <= device.shared_memory_per_block
+        aligned = dims[-1] % v == 0 and dims[perm[-1]] % v == 0
+        if enough_work and enough_shmem and aligned:
+            return v
+        v //= 2
+    return 1
 
 
 def _bytes(hero: HloInstruction) -> int:
@@ -251,30 +298,53 @@ def emit_transpose_kernel(target: Target, spec: TransposeKernelSpec) -> ir.Modul
     def shmem_offset(tile_coord: Sequence[ir.Value]) -> ir.Value:
         return linearize(kb, tile_coord, t.shmem_shape)
 
-    def tile_loop(tile_dims: Sequence[int], dims: Sequence[int], base: Sequence[ir.Value]):
-        """Yields (tile coordinate, index) for each element a thread handles, guarded."""
-        with kb.loop(0, t.iterations, name="row") as k:
-            lin = b.add(tid, b.mul(k, kb.index(NUM_THREADS)))
-            conds = [b.icmp_unsigned("<", lin, kb.index(t.tile_elements))] if t.tile_elements % NUM_THREADS else []
-            coord = delinearize(kb, lin, tile_dims)
-            index = [o if n == 1 else b.add(o, c) for o, c, n in zip(base, coord, tile_dims)]
-            conds += [b.icmp_unsigned("<", i, kb.index(d)) for i, d, n in zip(index, dims, tile_dims) if d % n]
-            with Guarded(kb, conds), fe.scope():
-                yield coord, index
+    vec = t.vector
 
-    # phase 1: hero operands into shared memory (operand order), side outputs to memory
+    def tile_loop(tile_dims: Sequence[int], dims: Sequence[int], base: Sequence[ir.Value]):
+        """Yields, per loop turn and guarded, the ``t.vector`` (tile coordinate, index) pairs of
+        the consecutive elements a thread handles: the first delinearised, the others one
+        further along the tile's minor dim (divisible by v, as are the swapped dims: the v
+        elements are all in range or all out of it, one guard for them all)."""
+        with kb.loop(0, t.iterations, name="row") as k:
+            lin = b.add(b.mul(tid, kb.index(vec), flags=NO_WRAP), b.mul(k, kb.index(t.per_turn), flags=NO_WRAP),
+                        flags=NO_WRAP)
+            conds = [b.icmp_unsigned("<", lin, kb.index(t.tile_elements))] if t.tile_elements % t.per_turn else []
+            coord = delinearize(kb, lin, tile_dims)
+            index = [o if n == 1 else b.add(o, c, flags=NO_WRAP) for o, c, n in zip(base, coord, tile_dims)]
+            conds += [b.icmp_unsigned("<", i, kb.index(d)) for i, d, n in zip(index, dims, tile_dims) if d % n]
+            points = [(coord, index)]
+            for e in range(1, vec):
+                step = kb.index(e)
+                points.append((coord[:-1] + [b.add(coord[-1], step, flags=NO_WRAP)],
+                               index[:-1] + [b.add(index[-1], step, flags=NO_WRAP)]))
+            with Guarded(kb, conds), fe.scope():
+                yield points
+
+    # phase 1: hero operands into shared memory (operand order), side outputs to memory. All
+    # of a thread's values are computed before any store: its v loads sit together.
     side = [(leaf, ptr) for leaf, ptr in zip(spec.leaves, out_ptrs) if leaf.hero is None]
-    for coord, index in (tile_loop(t.tile, t.dims, origin)):
-        off = shmem_offset(coord)
+    loads = VectorLoads(fe) if vec > 1 else None
+    for points in tile_loop(t.tile, t.dims, origin):
+        stores = []
         for h, smem in tiles.items():
             operand = h.operands[0]
-            v = fe.value(operand, reshape_index(kb, index, t.dims, operand.shape.dimensions))
-            et = operand.shape.element_type
-            b.store(to_storage(b, v, et), b.gep(smem, [off], inbounds=True, source_etype=storage_type(et)))
+            indices = [reshape_index(kb, index, t.dims, operand.shape.dimensions) for _, index in points]
+            if loads is not None:
+                loads.register(indices)
+            stores += [(h, smem, coord, fe.value(operand, idx)) for (coord, _), idx in zip(points, indices)]
+        side_values = []
         if side:
-            linear = linearize(kb, index, t.dims)
-            for leaf, ptr in side:
-                _store_leaf(kb, fe, leaf, ptr, linear, None)
+            linears = [linearize(kb, index, t.dims) for _, index in points]
+            side_values = [(leaf, ptr, _leaf_value(kb, fe, leaf, linear, None), linear, linears[0], e)
+                           for leaf, ptr in side for e, linear in enumerate(linears)]
+        for h, smem, coord, v in stores:
+            et = h.operands[0].shape.element_type
+            b.store(to_storage(b, v, et), b.gep(smem, [shmem_offset(coord)], inbounds=True,
+                                                source_etype=storage_type(et)))
+        for leaf, ptr, v, linear, first, e in side_values:
+            _store_value(kb, leaf, ptr, linear, v, first if vec > 1 else None, e)
+        if loads is not None:
+            loads.clear()
 
     target.barrier(b)
 
@@ -285,10 +355,8 @@ def emit_transpose_kernel(target: Target, spec: TransposeKernelSpec) -> ir.Modul
         et = h.shape.element_type
 
         def value_at(index: Sequence[ir.Value]) -> ir.Value:
-            known = current.get(h)
-            if known is not None and all(x is y for x, y in zip(known[0], index)):
-                off = known[1]
-            else:  # reached through ops that recomputed the index: map it back into the tile
+            off = current.get((h, tuple(id(x) for x in index)))
+            if off is None:  # reached through ops that recomputed the index: map it back into the tile
                 norm = reshape_index(kb, index, h.shape.dimensions, t.out_dims)
                 c_out = [b.sub(v, origin[p]) if t.tile[p] != 1 else kb.index(0) for v, p in zip(norm, t.perm)]
                 off = shmem_offset(_to_operand_order(c_out, t.perm))
@@ -300,15 +368,21 @@ def emit_transpose_kernel(target: Target, spec: TransposeKernelSpec) -> ir.Modul
         fe.inject(h, hero_value(h, smem))
     out_origin = [origin[p] for p in t.perm]
     transposed = [(leaf, ptr) for leaf, ptr in zip(spec.leaves, out_ptrs) if leaf.hero is not None]
-    for c_out, out_index in (tile_loop(t.out_tile, t.out_dims, out_origin)):
-        off = shmem_offset(_to_operand_order(c_out, t.perm))
-        hero_index = {}
-        for h in spec.heroes:
-            hero_index[h] = reshape_index(kb, out_index, t.out_dims, h.shape.dimensions)
-            current[h] = (hero_index[h], off)
-        linear = linearize(kb, out_index, t.out_dims)
-        for leaf, ptr in transposed:
-            _store_leaf(kb, fe, leaf, ptr, linear, hero_index[leaf.hero])
+    for points in tile_loop(t.out_tile, t.out_dims, out_origin):
+        pending = []
+        first = None
+        for e, (c_out, out_index) in enumerate(points):
+            off = shmem_offset(_to_operand_order(c_out, t.perm))
+            hero_index = {}
+            for h in spec.heroes:
+                hero_index[h] = reshape_index(kb, out_index, t.out_dims, h.shape.dimensions)
+                current[(h, tuple(id(x) for x in hero_index[h]))] = off
+            linear = linearize(kb, out_index, t.out_dims)
+            first = linear if e == 0 else first
+            pending += [(leaf, ptr, _leaf_value(kb, fe, leaf, linear, hero_index[leaf.hero]), linear, e)
+                        for leaf, ptr in transposed]
+        for leaf, ptr, v, linear, e in pending:
+            _store_value(kb, leaf, ptr, linear, v, first if vec > 1 else None, e)
         current.clear()
     target.end_kernel(b)
     return module
@@ -321,15 +395,27 @@ def _to_operand_order(c_out: Sequence[ir.Value], perm: Sequence[int]) -> list[ir
     return c_in
 
 
-def _store_leaf(kb: KernelBuilder, fe: FusedEmitter, leaf: OutputLeaf, ptr: ir.Value, linear: ir.Value,
-                hero_index: list[ir.Value] | None) -> None:
-    """Compute ``leaf``'s root at physical offset ``linear`` (the hero's) and store it there."""
-    shape, b = leaf.shape, kb.b
+def _leaf_value(kb: KernelBuilder, fe: FusedEmitter, leaf: OutputLeaf, linear: ir.Value,
+                hero_index: list[ir.Value] | None):
+    """``leaf``'s root at physical offset ``linear`` (the hero's)."""
+    shape = leaf.shape
     default = tuple(shape.minor_to_major) == tuple(range(shape.rank - 1, -1, -1))
     if hero_index is not None and default and tuple(shape.dimensions) == tuple(leaf.hero.shape.dimensions):
         index = hero_index
     else:
         index = delinearize_order(kb, linear, shape.dimensions, shape.minor_to_major)
-    v = fe.root_value(leaf.root, index)
-    et = shape.element_type
-    b.store(to_storage(b, v, et), b.gep(ptr, [linear], inbounds=True, source_etype=storage_type(et)))
+    return fe.root_value(leaf.root, index)
+
+
+def _store_value(kb: KernelBuilder, leaf: OutputLeaf, ptr: ir.Value, linear: ir.Value, v,
+                 first: ir.Value | None = None, e: int = 0) -> None:
+    """Store ``v`` at offset ``linear``; ``first``/``e``: element e of a vector (``linear =
+    first + e``), addressed from element 0's pointer (vector stores)."""
+    b, et = kb.b, leaf.shape.element_type
+    b.store(to_storage(b, v, et), element_pointer(kb, ptr, storage_type(et), linear, first, e))
+
+
+def _store_leaf(kb: KernelBuilder, fe: FusedEmitter, leaf: OutputLeaf, ptr: ir.Value, linear: ir.Value,
+                hero_index: list[ir.Value] | None) -> None:
+    """Compute ``leaf``'s root at physical offset ``linear`` (the hero's) and store it there."""
+    _store_value(kb, leaf, ptr, linear, _leaf_value(kb, fe, leaf, linear, hero_index))

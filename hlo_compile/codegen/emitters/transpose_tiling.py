@@ -1,8 +1,10 @@
 """The tile of the transpose emitter and the index arithmetic between normalised and real shapes.
 
-``TransposeTiling`` is XLA's tiling of the normalised transpose (notes/xla.md §b.4): 32 on
-the two swapped dims, 128 threads (32 × 4 rows), the shared tile padded by one element on
-the operand-minor tiled dim. The helpers (de)linearise indices in the kernel's index type.
+``TransposeTiling`` is XLA's tiling of the normalised transpose (notes/xla.md §b.4): 32·v on
+the two swapped dims (v: the vector size, > 1 only for narrow types whose minor dim moves),
+128 threads (32 × 4 rows), the shared tile padded by one element on the operand-minor tiled
+dim. Each thread handles v consecutive elements of the tile's minor dim per loop turn. The
+helpers (de)linearise indices in the kernel's index type.
 """
 from __future__ import annotations
 
@@ -28,9 +30,10 @@ class TransposeTiling:
     perm: tuple[int, ...]
     tile: tuple[int, ...]       # tile extent per operand dim
     pad_dim: int                # operand dim padded by one element in shared memory
+    vector: int = 1             # consecutive elements per thread and loop turn (minor dim moves)
 
     @staticmethod
-    def for_transpose(dims: Sequence[int], perm: Sequence[int]) -> "TransposeTiling":
+    def for_transpose(dims: Sequence[int], perm: Sequence[int], vector: int = 1) -> "TransposeTiling":
         n = len(dims)
         tile = [1] * n
         if perm[-1] != n - 1:                      # minor dim moves: 021, 210, ...
@@ -38,9 +41,16 @@ class TransposeTiling:
         else:                                       # minor dim kept: 102; whole minor dim in the tile
             swapped = (n - 2, perm[-2])
             tile[n - 1] = dims[n - 1]
+        if perm[-1] == n - 1:
+            vector = 1                              # XLA: vector size = the kept minor dim
         for d in swapped:
-            tile[d] = min(TILE, dims[d])
-        return TransposeTiling(tuple(dims), tuple(perm), tuple(tile), swapped[0])
+            tile[d] = min(TILE * vector, dims[d])
+        return TransposeTiling(tuple(dims), tuple(perm), tuple(tile), swapped[0], vector)
+
+    @property
+    def per_turn(self) -> int:
+        """Tile elements the block covers per loop turn (128·v)."""
+        return NUM_THREADS * self.vector
 
     @property
     def out_dims(self) -> tuple[int, ...]:
@@ -64,8 +74,8 @@ class TransposeTiling:
 
     @property
     def iterations(self) -> int:
-        """Loop turns of each thread per phase (8 for a full 32 × 32 tile)."""
-        return -(-self.tile_elements // NUM_THREADS)
+        """Loop turns of each thread per phase (8·v for a full 32v × 32v tile)."""
+        return -(-self.tile_elements // self.per_turn)
 
     @property
     def shmem_shape(self) -> tuple[int, ...]:
@@ -103,13 +113,18 @@ def delinearize_order(kb: KernelBuilder, linear: ir.Value, dims: Sequence[int],
     return out
 
 
+NO_WRAP = ("nuw", "nsw")   # index arithmetic of in-range, non-negative indices
+
+
 def linearize(kb: KernelBuilder, index: Sequence[ir.Value], dims: Sequence[int]) -> ir.Value:
+    """Row-major offset of ``index`` in ``dims`` (``nuw nsw``: the index type holds every offset
+    of the kernel, and consecutive elements get provably consecutive offsets: vector loads)."""
     b = kb.b
     out, stride = None, 1
     for v, n in reversed(list(zip(index, dims))):
         if n != 1:
-            term = v if stride == 1 else b.mul(v, kb.index(stride))
-            out = term if out is None else b.add(out, term)
+            term = v if stride == 1 else b.mul(v, kb.index(stride), flags=NO_WRAP)
+            out = term if out is None else b.add(out, term, flags=NO_WRAP)
         stride *= n
     return out if out is not None else kb.index(0)
 
@@ -180,3 +195,98 @@ def thread_map(exprs: Sequence, launch, ranges: Sequence[tuple[int, int]], const
     dims = [(0, n - 1) for n in launch.block] + [(0, n - 1) for n in launch.grid]
     m = IndexingMap.make(exprs, dims, ranges, (), [(e, (lo, hi)) for e, lo, hi in constraints])
     return replace(simplify(replace(m, dim_names=WORK_ITEM_DIM_NAMES)), dim_names=WORK_ITEM_DIM_NAMES)
+
+
+# ---- vector accesses -------------------------------------------------------------------------
+
+def _unit_stride(shape, dim: int) -> bool:
+    """Whether consecutive indices along ``dim`` are consecutive in memory."""
+    if shape.layout is not None and shape.layout.tiles:
+        return False
+    for d in shape.minor_to_major:
+        if d == dim:
+            return True
+        if shape.dimensions[d] != 1:
+            return False
+    return False
+
+
+class VectorLoads:
+    """Parameter loads of a thread's v consecutive elements addressed from one base pointer.
+
+    The emitters register the v indices of a vector (``register``); a fusion parameter read at
+    one of them (through elementwise prologue ops, which pass the index on unchanged) whose
+    layout makes that index's differing dim unit-stride is loaded at ``gep(base, e)``, the
+    base being element 0's address. LLVM's load/store vectorizer then sees v loads at constant
+    distances from one pointer and merges them (``ld.global.nc.v2.b16``); offsets computed
+    separately per element get reassociated and are not always recognised. Other reads take
+    the usual path."""
+
+    def __init__(self, fe):
+        self.fe = fe
+        self.hints: dict = {}
+        self.bases: dict = {}
+        for p in fe.params:
+            if p.shape.is_array and p.shape.rank:
+                fe.inject(p, self._loader(p))
+
+    @staticmethod
+    def key(index) -> tuple:
+        return tuple(id(x) for x in index)
+
+    def register(self, indices: Sequence[Sequence[ir.Value]]) -> None:
+        first = list(indices[0])
+        for e, index in enumerate(indices[1:], 1):
+            diff = [j for j, (x, y) in enumerate(zip(first, index)) if x is not y]
+            if len(diff) == 1:
+                self.hints[self.key(index)] = (first, e, diff[0])
+                self.hints.setdefault(self.key(first), (first, 0, diff[0]))
+
+    def clear(self) -> None:
+        self.hints.clear()
+        self.bases.clear()
+
+    def _loader(self, p):
+        from ..fused_emitter import from_storage
+        from ..llvm_types import storage_type
+        fe = self.fe
+
+        def value_at(index):
+            hint = self.hints.get(self.key(index))
+            if hint is None or not _unit_stride(p.shape, hint[2]):
+                return fe.load_parameter(p, index)
+            first, e, _ = hint
+            b, et = fe.kb.b, p.shape.element_type
+            st = storage_type(et)
+            base = self.bases.get((id(p), self.key(first)))
+            if base is None:
+                base = b.gep(fe.parameter_pointer(p), [fe.offset(p.shape, first)], inbounds=True,
+                             source_etype=st)
+                self.bases[(id(p), self.key(first))] = base
+            ptr = base if e == 0 else b.gep(base, [fe.kb.index(e)], inbounds=True, source_etype=st)
+            load = b.load(ptr, typ=st)
+            fe.target.mark_invariant(load)
+            return from_storage(b, load, et)
+        return value_at
+
+
+def element_pointer(kb: KernelBuilder, ptr: ir.Value, etype: ir.Type, linear: ir.Value,
+                    first: ir.Value | None = None, e: int = 0) -> ir.Value:
+    """Address of element ``linear`` of ``ptr``; for the e-th element of a vector whose element 0
+    is at ``first`` (so ``linear = first + e``), ``gep(gep(ptr, first), e)``: adjacent stores
+    from one base, which LLVM merges (``st.global.v2.b16``)."""
+    b = kb.b
+    if first is None:
+        return b.gep(ptr, [linear], inbounds=True, source_etype=etype)
+    base = b.gep(ptr, [first], inbounds=True, source_etype=etype)
+    return base if e == 0 else b.gep(base, [kb.index(e)], inbounds=True, source_etype=etype)
+
+
+def maps_report_lines(spec) -> list[str]:
+    """The report lines every transpose spec shares: side outputs, thread maps, partition."""
+    side = ', '.join('%' + leaf.root.name for leaf in spec.leaves if leaf.hero is None) or '-'
+    lines = [f"side outputs (phase 1): {side}",
+             f"thread -> input (%{spec.heroes[0].operands[0].name}): {spec.thread_to_input_map()}"]
+    lines += [f"thread -> output {i} (%{leaf.root.name}): {spec.thread_to_output_map(i)}"
+              for i, leaf in enumerate(spec.leaves)]
+    return lines + spec.partitioned.to_text().splitlines()

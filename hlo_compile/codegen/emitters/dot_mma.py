@@ -1,0 +1,248 @@
+"""The tensor-core path of the dot emitter: warp-level ``mma.sync.aligned.m16n8k16`` on NVPTX sm_80+.
+
+Chosen at ``DotKernelSpec.emit(target)`` time (``use_tensor_cores``), off by default
+(``CompileOptions.dot_tensor_cores``; the pipeline/runtime copies it onto the ``NvptxTarget``
+as ``target.dot_tensor_cores``). It keeps the tiled path's grid, 256-thread block, 64 × 64
+block tile, K steps of 16, operand staging (through the ``FusedEmitter``: prologues and
+layouts work as on the tiled path) and epilogue (``FusedEmitter.inject``); only the shared
+tiles and the inner product differ:
+
+- Shared tiles in the *input* type (f16 or bf16), both K-contiguous with rows padded to
+  ``SMEM_STRIDE`` = 24 elements (48 B: the 8 row addresses of one ``ldmatrix`` phase hit 8
+  different 16-byte bank groups): lhs ``[BM][24]`` (row m, column k), rhs ``[BN][24]`` (row n,
+  column k, i.e. Bᵀ: the "col" operand of ``mma ... .row.col``). 2 × 64 × 24 × 2 = 6144 B.
+- 8 warps as 2 (M) × 4 (N); warp ``w`` owns rows ``32 (w // 4) ..+32`` and columns
+  ``16 (w % 4) ..+16`` of the block tile: 2 × 2 mma tiles of 16 × 8, 16 f32 accumulators per
+  lane (as the tiled path's 4 × 4).
+- Per K step and warp: one ``ldmatrix.x4`` per 16 × 16 lhs tile (2), one ``ldmatrix.x4`` for
+  both 16 × 8 rhs tiles, then 4 ``mma``.
+
+Layouts (PTX ISA, "Matrix fragments for mma.m16n8k16 with floating point type" and
+"ldmatrix"); ``g = lane // 4`` (groupID), ``t = lane % 4`` (thread in group):
+
+- ``ldmatrix.sync.aligned.m8n8.x4.b16``: lanes 8j..8j+7 give the addresses of rows 0..7 of
+  matrix j (8 contiguous b16 each); result register j of lane l holds row ``l // 4``,
+  elements ``2 (l % 4)`` (low half) and ``2 (l % 4) + 1`` (high half) of matrix j.
+- mma A (16 × 16, row): a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..],
+  a3 = A[g+8][2t+8..] (lower k in the low half).
+  Our lhs ``ldmatrix`` source for lane l: row ``l % 16``, column ``8 (l // 16)``; so matrix 0
+  = rows 0-7/k 0-7, 1 = rows 8-15/k 0-7, 2 = rows 0-7/k 8-15, 3 = rows 8-15/k 8-15, which
+  are exactly a0..a3.
+- mma B (16 × 8, col): b0 = B[2t..2t+1][g], b1 = B[2t+8..2t+9][g]. Our rhs ``ldmatrix``
+  source for lane l: row n = ``8 (l // 16) + l % 8`` of the Bᵀ tile, column k =
+  ``8 ((l // 8) % 2)``; so registers 0, 1 are b0, b1 of the first 16 × 8 tile (n 0-7) and
+  registers 2, 3 those of the second (n 8-15).
+- mma C/D (16 × 8, f32): c0 = D[g][2t], c1 = D[g][2t+1], c2 = D[g+8][2t], c3 = D[g+8][2t+1]
+  (``acc_position``).
+
+The index maps below are plain functions of ``lane``/``warp``; the emitter evaluates them on
+IR values (``_Ix``) and ``tests/test_dot_mma.py`` on integers in a numpy model of ``ldmatrix``
+and ``mma``, so the model checks the very arithmetic the kernel runs.
+"""
+from __future__ import annotations
+
+import re
+
+from llvmlite import ir
+
+from ..llvm_types import BFLOAT, F16, F32, I32, compute_type
+from ..target import Target
+from .dot import BK, BM, BN, NUM_THREADS, DotKernelEmission, DotKernelSpec
+
+MMA_M, MMA_N, MMA_K = 16, 8, 16
+WARP_SIZE = 32
+NUM_WARPS = NUM_THREADS // WARP_SIZE          # 8
+WARPS_M, WARPS_N = 2, 4
+WM, WN = BM // WARPS_M, BN // WARPS_N         # 32 x 16 outputs per warp
+TILES_M, TILES_N = WM // MMA_M, WN // MMA_N   # 2 x 2 mma tiles per warp
+SMEM_STRIDE = BK + 8                          # padded K-contiguous rows (elements)
+MMA_TYPES = ("f16", "bf16")
+MIN_SM = 80
+MMA_SHARED_BYTES = (BM + BN) * SMEM_STRIDE * 2
+
+assert NUM_WARPS == WARPS_M * WARPS_N and BK == MMA_K and WM % MMA_M == 0 and WN == 2 * MMA_N
+
+# LLVM 22's NVVM intrinsics (checked through compile_to_ptx, see tests/test_dot_mma.py):
+#   {float x4} @llvm.nvvm.mma.m16n8k16.row.col.bf16(i32 a0..a3, i32 b0, b1, float c0..c3)
+#   {float x4} @llvm.nvvm.mma.m16n8k16.row.col.f32.f32(<2 x half> a0..a3, <2 x half> b0, b1, float c0..c3)
+#   {i32 x4} @llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16(ptr addrspace(3))
+MMA_INTRINSICS = {"bf16": "llvm.nvvm.mma.m16n8k16.row.col.bf16", "f16": "llvm.nvvm.mma.m16n8k16.row.col.f32.f32"}
+LDMATRIX_X4 = "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16"
+
+
+# ---- choosing the path ---------------------------------------------------------------------------
+
+def tensor_core_refusal(spec: DotKernelSpec) -> str | None:
+    """Why ``spec`` cannot use tensor cores on any target (None: it can, on NVPTX sm_80+)."""
+    types = [o.shape.element_type for o in spec.dot.operands]
+    if types[0] != types[1] or types[0] not in MMA_TYPES:
+        return f"operands {types[0]} x {types[1]} (tensor cores need both f16 or both bf16)"
+    if spec.acc_type != "f32":
+        return f"accumulation in {spec.acc_type}, not f32"
+    return None
+
+
+def sm_version(arch: str | None) -> int | None:
+    """``sm_90a`` -> 90; None for anything else."""
+    m = re.fullmatch(r"sm_(\d+)[a-z]?", arch or "")
+    return int(m.group(1)) if m else None
+
+
+def use_tensor_cores(target: Target, spec: DotKernelSpec) -> bool:
+    if getattr(target, "name", None) != "nvptx" or not getattr(target, "dot_tensor_cores", False):
+        return False
+    sm = sm_version(getattr(target, "arch", None))
+    return sm is not None and sm >= MIN_SM and tensor_core_refusal(spec) is None
+
+
+def mma_shared_line(spec: DotKernelSpec) -> str:
+    et = spec.dot.operands[0].shape.element_type
+    return (f"shared tiles {BM}x{SMEM_STRIDE} + {BN}x{SMEM_STRIDE} {et} (K-contiguous, rows padded to "
+            f"{SMEM_STRIDE}): {MMA_SHARED_BYTES} B static, index type {spec.index_type}")
+
+
+def mma_report_line(spec: DotKernelSpec) -> str:
+    why = tensor_core_refusal(spec)
+    if why is not None:
+        return f"tensor cores: not eligible ({why})"
+    et = spec.dot.operands[0].shape.element_type
+    return (f"tensor cores: eligible (mma.sync m16n8k16 {et} -> f32, {WARPS_M}x{WARPS_N} warps of "
+            f"{WM}x{WN}) on NVPTX sm_{MIN_SM}+ with dot_tensor_cores")
+
+
+# ---- index maps (ints in the model test, IR values in the kernel) ---------------------------------
+
+def warp_origin(warp):
+    """Block-tile (row, column) of warp ``warp``'s WM x WN output tile."""
+    return (warp // WARPS_N) * WM, (warp % WARPS_N) * WN
+
+
+def smem_offset(row, k):
+    """Element offset of (row, k) in a K-contiguous padded shared tile."""
+    return row * SMEM_STRIDE + k
+
+
+def a_ldmatrix_source(lane, warp_m0, tm):
+    """(m, k) in the lhs tile of the 8-element row ``lane`` addresses for the ``ldmatrix.x4``
+    of the warp's mma row tile ``tm``."""
+    return warp_m0 + tm * MMA_M + lane % 16, (lane // 16) * 8
+
+
+def b_ldmatrix_source(lane, warp_n0):
+    """(n, k) in the rhs (Bᵀ) tile of the row ``lane`` addresses for the warp's one
+    ``ldmatrix.x4`` (both 16 x 8 tiles)."""
+    return warp_n0 + (lane // 16) * 8 + lane % 8, ((lane // 8) % 2) * 8
+
+
+def acc_position(lane, r):
+    """(row, column) in the 16 x 8 mma tile of accumulator ``r`` (0..3) of ``lane``."""
+    return lane // 4 + 8 * (r // 2), 2 * (lane % 4) + r % 2
+
+
+class _Ix:
+    """An index IR value with Python arithmetic (non-negative: ``//`` and ``%`` are unsigned)."""
+
+    def __init__(self, kb, v: ir.Value):
+        self.kb, self.v = kb, v
+
+    def _lift(self, o) -> ir.Value:
+        return o.v if isinstance(o, _Ix) else self.kb.index(o)
+
+    def _op(self, o, f, reverse=False):
+        b = self.kb.b
+        x, y = (self._lift(o), self.v) if reverse else (self.v, self._lift(o))
+        return _Ix(self.kb, getattr(b, f)(x, y))
+
+    def __add__(self, o):
+        return self if isinstance(o, int) and o == 0 else self._op(o, "add")
+
+    def __radd__(self, o):
+        return self if o == 0 else self._op(o, "add", True)
+
+    def __mul__(self, o):
+        return self._op(o, "mul")
+
+    def __rmul__(self, o):
+        return self._op(o, "mul", True)
+
+    def __floordiv__(self, o):
+        return self._op(o, "udiv")
+
+    def __mod__(self, o):
+        return self._op(o, "urem")
+
+
+def _value(kb, x) -> ir.Value:
+    return x.v if isinstance(x, _Ix) else kb.index(x)
+
+
+# ---- emission ------------------------------------------------------------------------------------
+
+def _declare(module: ir.Module, name: str, fnty: ir.FunctionType) -> ir.Function:
+    fn = module.globals.get(name)
+    return fn if fn is not None else ir.Function(module, fnty, name)
+
+
+def emit_mma_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
+    e = DotKernelEmission(target, spec)
+    kb, b, module = e.kb, e.b, e.module
+    in_et = spec.dot.operands[0].shape.element_type
+    it = compute_type(in_et)
+    assert it in (F16, BFLOAT) and spec.acc_type == "f32"
+    a_tile = target.shared_array(b, "lhs_tile", it, BM * SMEM_STRIDE)
+    b_tile = target.shared_array(b, "rhs_tile", it, BN * SMEM_STRIDE)
+
+    f4 = ir.LiteralStructType([F32] * 4)
+    i4 = ir.LiteralStructType([I32] * 4)
+    frag = I32 if in_et == "bf16" else ir.VectorType(F16, 2)
+    mma = _declare(module, MMA_INTRINSICS[in_et], ir.FunctionType(f4, [frag] * 6 + [F32] * 4))
+    ldmatrix = _declare(module, LDMATRIX_X4, ir.FunctionType(i4, [ir.PointerType(addrspace=3)]))
+
+    zero = ir.Constant(F32, 0)
+    with b.goto_entry_block():
+        slots = [[[b.alloca(F32, name=f"acc{tm}_{tn}_{r}") for r in range(4)] for tn in range(TILES_N)]
+                 for tm in range(TILES_M)]
+    for s in (s for row in slots for tile in row for s in tile):
+        b.store(zero, s)
+
+    tid = _Ix(kb, e.tid)
+    lane, warp = tid % WARP_SIZE, tid // WARP_SIZE
+    wm0, wn0 = warp_origin(warp)
+
+    def tile_ptr(tile, row, k):
+        return b.gep(tile, [_value(kb, smem_offset(row, k))], inbounds=True, source_etype=it)
+
+    a_src = [tile_ptr(a_tile, *a_ldmatrix_source(lane, wm0, tm)) for tm in range(TILES_M)]
+    b_src = tile_ptr(b_tile, *b_ldmatrix_source(lane, wn0))
+
+    def regs(ptr) -> list[ir.Value]:
+        v = b.call(ldmatrix, [ptr])
+        out = [b.extract_value(v, i) for i in range(4)]
+        return out if frag == I32 else [b.bitcast(x, frag) for x in out]
+
+    k_steps = -(-spec.geometry.K // BK)
+    with kb.loop(0, k_steps, name="kstep") as step:
+        with e.fe.scope():
+            # lhs (m, k) at smem_offset(m, k); rhs (k, n) at smem_offset(n, k): Bᵀ, K-contiguous
+            e.stage_tiles(step, in_et, a_tile, lambda mm, kk: _value(kb, smem_offset(_Ix(kb, mm), _Ix(kb, kk))),
+                          b_tile, lambda kk, nn: _value(kb, smem_offset(_Ix(kb, nn), _Ix(kb, kk))))
+            target.barrier(b)
+            a_frags = [regs(p) for p in a_src]
+            b_regs = regs(b_src)
+            b_frags = [b_regs[0:2], b_regs[2:4]]
+            for tm in range(TILES_M):
+                for tn in range(TILES_N):
+                    c = [b.load(s) for s in slots[tm][tn]]
+                    d = b.call(mma, [*a_frags[tm], *b_frags[tn], *c])
+                    for r in range(4):
+                        b.store(b.extract_value(d, r), slots[tm][tn][r])
+            target.barrier(b)
+
+    points = []
+    for tm in range(TILES_M):
+        for tn in range(TILES_N):
+            for r in range(4):
+                dm, dn = acc_position(lane, r)
+                points.append((_value(kb, wm0 + tm * MMA_M + dm), _value(kb, wn0 + tn * MMA_N + dn),
+                               slots[tm][tn][r]))
+    return e.epilogue(points)
