@@ -15,7 +15,7 @@ from ..pipeline import STAGE_NAMES, CompileOptions, run_pipeline
 @click.option("--dump-to", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write every stage of the pipeline into this directory.")
 @click.option("--emit", type=click.Choice(STAGE_NAMES), default=None,
-              help="Print this stage (default: the parsed module in XLA's long form).")
+              help="Print this stage (default: the module after passes, in XLA's long form).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the emitted stage to this file instead of stdout.")
 @click.option("--arch", default="sm_80", show_default=True, envvar="HLO_COMPILE_ARCH",
@@ -25,8 +25,10 @@ from ..pipeline import STAGE_NAMES, CompileOptions, run_pipeline
               help="f16/bf16 dots through mma.sync tensor cores on sm_80+ (experimental).")
 @click.option("--split-input-file", is_flag=True, help="Treat '// -----' lines as module separators.")
 @click.option("--short", "short_form", is_flag=True, help="Print HLO in the short form (no operand shapes).")
+@click.option("--as-fusion", is_flag=True,
+              help="The file is a bare fused computation (XLA's emitter test files): compile it as one fusion.")
 def main(file: Path, dump_to: Path | None, emit: str | None, output: Path | None, arch: str,
-         tensor_cores: bool, split_input_file: bool, short_form: bool) -> None:
+         tensor_cores: bool, split_input_file: bool, short_form: bool, as_fusion: bool) -> None:
     """Compile an XLA HLO text module."""
     try:
         text = file.read_text(encoding="utf-8")
@@ -40,7 +42,10 @@ def main(file: Path, dump_to: Path | None, emit: str | None, output: Path | None
         else:
             from ..hlo import parse_module
             modules = [parse_module(text, str(file))]
-        outputs = []
+        if as_fusion:
+            from ..passes.wrap_fusions import wrap_entry_as_fusion
+            modules = [wrap_entry_as_fusion(m) for m in modules]
+        outputs: list[str | bytes] = []
         for i, module in enumerate(modules):
             target = None
             if dump_to is not None:
@@ -49,12 +54,18 @@ def main(file: Path, dump_to: Path | None, emit: str | None, output: Path | None
                                   dump_to=target)
             stage_name = emit or "hlo"
             if stage_name == "hlo" and short_form:
-                outputs.append(module.to_text("short"))
+                outputs.append(result.compilation.module.to_text("short"))
             elif emit is not None or dump_to is None:
                 outputs.append(result.artifacts[stage_name])
     except HloError as e:
         click.echo(str(e), err=True)
         sys.exit(2)
+    if any(isinstance(o, bytes) for o in outputs):
+        if output is None or len(outputs) != 1:
+            click.echo("error: the cubin stage is binary: write one module's cubin with -o FILE", err=True)
+            sys.exit(2)
+        output.write_bytes(outputs[0])
+        return
     text_out = "// -----\n".join(outputs)
     if output is not None:
         output.write_text(text_out)

@@ -110,8 +110,10 @@ def _run_one(module, *, platform, reference, input_literals, output_literals, se
               envvar="HLO_COMPILE_TENSOR_CORES",
               help="f16/bf16 dots through mma.sync tensor cores on sm_80+ (experimental)")
 @click.option("--split-input-file", is_flag=True, help="FILE holds modules separated by '// -----'")
+@click.option("--as-fusion", is_flag=True,
+              help="FILE is a bare fused computation (XLA's emitter test files): run it as one fusion")
 def main(file, platform, reference, input_literals, output_literals, seed, iterations, abs_error_bound,
-         rel_error_bound, print_literals, tensor_cores, split_input_file):
+         rel_error_bound, print_literals, tensor_cores, split_input_file, as_fusion):
     """Run the HLO module in FILE and compare its results with a reference."""
     try:
         try:
@@ -119,6 +121,9 @@ def main(file, platform, reference, input_literals, output_literals, seed, itera
         except OSError as e:
             raise _Failure(f"cannot read {file}: {e.strerror or e}") from None
         modules = parse_modules(text, file) if split_input_file else [parse_module(text, file)]
+        if as_fusion:
+            from ..passes.wrap_fusions import wrap_entry_as_fusion
+            modules = [wrap_entry_as_fusion(m) for m in modules]
         status = EXIT_OK
         for i, module in enumerate(modules):
             code = _run_one(module, platform=platform, reference=reference, input_literals=input_literals,

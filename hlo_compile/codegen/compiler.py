@@ -151,7 +151,24 @@ def kernel_symbol(name: str, taken: set[str]) -> str:
     return sym
 
 
+def check_element_types(fusion: HloInstruction) -> None:
+    """Refuse, naming the instruction and line, a fusion using a type we cannot emit yet."""
+    from .llvm_types import UnsupportedElementType, compute_type
+    insts = fusion.fused_computation.instructions
+    # name a real instruction rather than a parameter the wrapping pass made up
+    for inst in [i for i in insts if i.opcode != "parameter"] + [i for i in insts if i.opcode == "parameter"]:
+        shapes = inst.shape.tuple_shapes if inst.shape.is_tuple else [inst.shape]
+        for shape in shapes:
+            if shape.is_array:
+                try:
+                    compute_type(shape.element_type)
+                except UnsupportedElementType as e:
+                    raise UnsupportedElementType(f"{e.message}: {inst.opcode} '%{inst.name}' (in fusion "
+                                                 f"'%{fusion.name}')", inst.location) from None
+
+
 def plan_fusion(fusion: HloInstruction, device: DeviceInfo, kernel_name: str) -> KernelPlan:
+    check_element_types(fusion)
     analysis = analyze_fusion(fusion, device, available=available_emitters())
     planner = _planner(analysis.emitter) if analysis.emitter else None
     if planner is None:
