@@ -56,6 +56,7 @@ EMITTER_PLANNERS = {
     "scatter": "hlo_compile.codegen.emitters.scatter:plan_scatter_kernel",
     "sort": "hlo_compile.codegen.emitters.sort:plan_sort_kernel",
     "dot": "hlo_compile.codegen.emitters.dot:plan_dot_kernel",
+    "convolution": "hlo_compile.codegen.emitters.conv:plan_conv_kernel",
 }
 
 

@@ -262,10 +262,15 @@ def analyze_fusion(fusion: HloInstruction, device: DeviceInfo,
     emitter: str | None = None
     reason = choice.why
     dot = dot_hero(roots) if choice.emitter == "loop" and "dot" in available else None
+    conv = conv_hero(roots) if dot is None and choice.emitter == "loop" and "convolution" in available else None
     if dot is not None:
         emitter = "dot"
         reason += (f"; dot hero %{dot.name}: XLA sends dot fusions to cuBLAS/Triton (gemm), "
                    "we use the tiled dot emitter")
+    elif conv is not None:
+        emitter = "convolution"
+        reason += (f"; convolution hero %{conv.name}: XLA sends convolutions to cuDNN, "
+                   "we use the implicit-GEMM convolution emitter")
     elif choice.emitter in available:
         emitter = choice.emitter
     elif choice.emitter in _LOOP_CAN_EMIT and "loop" in available:
@@ -283,17 +288,27 @@ def dot_hero(roots: Sequence[HloInstruction]) -> HloInstruction | None:
     """The dot of a fusion whose single root is that dot, or elementwise over it (an epilogue):
     the fusion holds exactly one dot and every op on a path from it to the root is elementwise
     with the dot's dimensions (so each output element needs the dot at its own index only)."""
+    return _gemm_hero(roots, "dot")
+
+
+def conv_hero(roots: Sequence[HloInstruction]) -> HloInstruction | None:
+    """The convolution of a fusion whose single root is that convolution, or elementwise over
+    it (bias, activation), by the same rule as ``dot_hero``."""
+    return _gemm_hero(roots, "convolution")
+
+
+def _gemm_hero(roots: Sequence[HloInstruction], opcode: str) -> HloInstruction | None:
     if len(roots) != 1 or not roots[0].shape.is_array:
         return None
     comp = roots[0].parent if getattr(roots[0], "parent", None) is not None else None
-    dots = [i for i in (comp.instructions if comp is not None else []) if i.opcode == "dot"]
+    dots = [i for i in (comp.instructions if comp is not None else []) if i.opcode == opcode]
     if comp is None:  # find the dot by walking up from the root
         seen, stack = set(), [roots[0]]
         while stack:
             x = stack.pop()
             if id(x) not in seen:
                 seen.add(id(x))
-                dots += [x] if x.opcode == "dot" else []
+                dots += [x] if x.opcode == opcode else []
                 stack.extend(x.operands)
     if len(dots) != 1 or len(dots[0].operands) != 2:
         return None

@@ -244,15 +244,7 @@ class DotKernelEmission:
         self.bidx = _delinearize(kb, kb.block_id(2), g.batch) if g.batch else []
 
     def _load(self, operand: HloInstruction, index: list, conds: list, tile_et: str, zero: ir.Value) -> ir.Value:
-        b, fe = self.b, self.fe
-        et = operand.shape.element_type
-
-        def read():
-            return emit_convert(b, fe.value(operand, index), et, tile_et)
-        if not conds:
-            with fe.scope():
-                return read()
-        return fe.branch(self.kb.all_of(conds), read, lambda: zero)
+        return load_or_zero(self.kb, self.fe, operand, index, conds, tile_et, zero)
 
     def stage_tiles(self, step: ir.Value, tile_et: str, a_tile: ir.Value, a_offset, b_tile: ir.Value,
                     b_offset) -> None:
@@ -294,57 +286,76 @@ class DotKernelEmission:
         """Each (m, n, slot) of this thread: the accumulator in ``slot`` (at row ``m0 + m``,
         column ``n0 + n`` of the canonical output) injected as the dot's value and the root
         stored; then the kernel ends."""
-        kb, b, fe, spec, g = self.kb, self.b, self.fe, self.spec, self.spec.geometry
-        dot, acc_et = spec.dot, spec.acc_type
-        current: dict = {}
+        kb, b, spec, g = self.kb, self.b, self.spec, self.spec.geometry
 
-        def dot_value(index: Sequence[ir.Value]) -> ir.Value:
-            idx, v = current["point"]
-            if len(idx) != len(index) or any(x is not y for x, y in zip(idx, index)):
-                raise AssertionError(f"dot emitter: %{dot.name} read at an index other than its output's")
-            return v
-
-        fe.inject(dot, dot_value)
-        et = spec.root.shape.element_type
-        out_shape = spec.root.shape
-        for mm, nn, slot in points:
+        def point(mm, nn, slot):
             m, n = b.add(self.m0, mm), b.add(self.n0, nn)
             conds = ([b.icmp_unsigned("<", m, kb.index(g.M))] if g.M % BM else []) + \
                     ([b.icmp_unsigned("<", n, kb.index(g.N))] if g.N % BN else [])
-            ctx = kb.if_(kb.all_of(conds)) if conds else None
-            if ctx is not None:
-                ctx.__enter__()
-            with fe.scope():
-                index = [*self.bidx, *_delinearize(kb, m, g.m_dims), *_delinearize(kb, n, g.n_dims)]
-                v = emit_convert(b, b.load(slot), acc_et, dot.shape.element_type)
-                current["point"] = (index, v)
-                r = fe.root_value(spec.root, index)
-                dst = b.gep(self.out_ptr, [fe.offset(out_shape, index)], inbounds=True,
-                            source_etype=storage_type(et))
-                b.store(to_storage(b, r, et), dst)
-            if ctx is not None:
-                ctx.__exit__(None, None, None)
+            return conds, lambda: [*self.bidx, *_delinearize(kb, m, g.m_dims), *_delinearize(kb, n, g.n_dims)], slot
+        store_epilogue(kb, self.fe, spec.dot, spec.root, spec.acc_type, self.out_ptr,
+                       [point(mm, nn, slot) for mm, nn, slot in points])
         self.target.end_kernel(b)
         return self.module
 
 
-def emit_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
-    """The dot kernel for ``target``: the tensor-core path where ``use_tensor_cores`` says so
-    (NVPTX, sm_80+, f16/bf16 operands, ``target.dot_tensor_cores``), else the tiled path."""
-    from .dot_mma import emit_mma_dot_kernel, use_tensor_cores
-    if use_tensor_cores(target, spec):
-        spec.emitted["path"] = "mma"
-        return emit_mma_dot_kernel(target, spec)
-    spec.emitted["path"] = "tiled"
-    return emit_tiled_dot_kernel(target, spec)
+# ---- pieces shared with other tiled-GEMM emitters (``conv.py``) ------------------------------------
+
+def load_or_zero(kb: KernelBuilder, fe: FusedEmitter, operand: HloInstruction, index: list, conds: list,
+                 tile_et: str, zero: ir.Value) -> ir.Value:
+    """``operand`` at ``index`` converted to ``tile_et`` where every condition holds, else
+    ``zero`` (a real branch: the read may be out of bounds otherwise)."""
+    b = kb.b
+    et = operand.shape.element_type
+
+    def read():
+        return emit_convert(b, fe.value(operand, index), et, tile_et)
+    if not conds:
+        with fe.scope():
+            return read()
+    return fe.branch(kb.all_of(conds), read, lambda: zero)
 
 
-def emit_tiled_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
-    e = DotKernelEmission(target, spec)
-    kb, b, module = e.kb, e.b, e.module
-    tx, ty = e.tx, e.ty
+def store_epilogue(kb: KernelBuilder, fe: FusedEmitter, hero: HloInstruction, root: HloInstruction, acc_et: str,
+                   out_ptr: ir.Value, points) -> None:
+    """Each (conds, index_fn, slot) of ``points``: where all ``conds`` hold, the accumulator in
+    ``slot`` (converted to the hero's type) is injected as ``hero``'s value at ``index_fn()``
+    (the hero's output index, built inside the guarded block) and the fusion's ``root`` is
+    computed there and stored at its physical offset in ``out_ptr``."""
+    b = kb.b
+    current: dict = {}
 
-    acc_et = spec.acc_type
+    def hero_value(index: Sequence[ir.Value]) -> ir.Value:
+        idx, v = current["point"]
+        if len(idx) != len(index) or any(x is not y for x, y in zip(idx, index)):
+            raise AssertionError(f"tiled GEMM epilogue: %{hero.name} read at an index other than its output's")
+        return v
+
+    fe.inject(hero, hero_value)
+    et = root.shape.element_type
+    for conds, index_fn, slot in points:
+        ctx = kb.if_(kb.all_of(conds)) if conds else None
+        if ctx is not None:
+            ctx.__enter__()
+        with fe.scope():
+            index = index_fn()
+            v = emit_convert(b, b.load(slot), acc_et, hero.shape.element_type)
+            current["point"] = (index, v)
+            r = fe.root_value(root, index)
+            dst = b.gep(out_ptr, [fe.offset(root.shape, index)], inbounds=True, source_etype=storage_type(et))
+            b.store(to_storage(b, r, et), dst)
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+
+
+def emit_tiled_mainloop(target: Target, kb: KernelBuilder, module: ir.Module, fe: FusedEmitter, acc_et: str,
+                        k_steps: int, tx: ir.Value, ty: ir.Value, stage) -> list[list[ir.Value]]:
+    """The tiled GEMM main loop: ``k_steps`` steps, each ``stage(step, a_tile, a_offset,
+    b_tile, b_offset)`` filling the shared BM x BK lhs and BK x BN rhs tiles (in ``acc_et``;
+    element (mm, kk) at ``a_offset(mm, kk)``, (kk, nn) at ``b_offset(kk, nn)``), a barrier,
+    each thread's RM x RN register tile (rows ty + TY i, columns tx + TX j) accumulated, a
+    barrier. Returns the accumulator slots [i][j]."""
+    b = kb.b
     at = compute_type(acc_et)
     is_float = acc_et.startswith(("f", "bf"))
     zero = ir.Constant(at, 0)
@@ -359,12 +370,11 @@ def emit_tiled_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
 
     fma = module.declare_intrinsic("llvm.fma", [at], ir.FunctionType(at, [at, at, at])) if is_float else None
 
-    k_steps = -(-spec.geometry.K // BK)
     with kb.loop(0, k_steps, name="kstep") as step:
-        with e.fe.scope():
+        with fe.scope():
             # lhs stored k-major [BK][BM], rhs [BK][BN]
-            e.stage_tiles(step, acc_et, a_tile, lambda mm, kk: b.add(b.mul(kk, kb.index(BM)), mm),
-                          b_tile, lambda kk, nn: b.add(b.mul(kk, kb.index(BN)), nn))
+            stage(step, a_tile, lambda mm, kk: b.add(b.mul(kk, kb.index(BM)), mm),
+                  b_tile, lambda kk, nn: b.add(b.mul(kk, kb.index(BN)), nn))
             target.barrier(b)
             acc = [[b.load(s) for s in row] for row in slots]
             for kk in range(BK):
@@ -382,6 +392,28 @@ def emit_tiled_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
                 for j in range(RN):
                     b.store(acc[i][j], slots[i][j])
             target.barrier(b)
+    return slots
+
+
+def emit_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
+    """The dot kernel for ``target``: the tensor-core path where ``use_tensor_cores`` says so
+    (NVPTX, sm_80+, f16/bf16 operands, ``target.dot_tensor_cores``), else the tiled path."""
+    from .dot_mma import emit_mma_dot_kernel, use_tensor_cores
+    if use_tensor_cores(target, spec):
+        spec.emitted["path"] = "mma"
+        return emit_mma_dot_kernel(target, spec)
+    spec.emitted["path"] = "tiled"
+    return emit_tiled_dot_kernel(target, spec)
+
+
+def emit_tiled_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
+    e = DotKernelEmission(target, spec)
+    kb, b = e.kb, e.b
+    tx, ty = e.tx, e.ty
+
+    def stage(step, a_tile, a_offset, b_tile, b_offset):
+        e.stage_tiles(step, spec.acc_type, a_tile, a_offset, b_tile, b_offset)
+    slots = emit_tiled_mainloop(target, kb, e.module, e.fe, spec.acc_type, -(-spec.geometry.K // BK), tx, ty, stage)
 
     # epilogue: the accumulator is the dot's value at this thread's outputs
     return e.epilogue([(b.add(ty, kb.index(TY * i)), b.add(tx, kb.index(TX * j)), slots[i][j])

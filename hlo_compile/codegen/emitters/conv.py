@@ -1,0 +1,298 @@
+"""The convolution emitter: a fusion whose root is a ``convolution`` or elementwise over one (a
+bias/activation epilogue), as an implicit GEMM on the tiled dot machinery (``dot.py``).
+
+XLA sends convolutions to cuDNN; we view one as a matrix product and reuse the tiled GEMM:
+
+- M = output batch × output spatial positions (row-major over (batch, spatial dims in
+  ``dim_labels`` order)), N = output features of one group, K = window positions × input
+  features of one group (the feature fastest). Groups: Z = batch_group_count ×
+  feature_group_count, one grid z slice each; output feature ``o = z * N + n`` (so batch group
+  ``y = z / fgc``, feature group ``g = z % fgc``, as in the elemental convolution).
+- lhs element (m, k) is the input element the window reads, computed while staging the K tile
+  into shared memory: input batch ``y * out_batch + b``, feature ``g * I + c``, spatial
+  ``(o_s * stride + k_s * rhs_dilation - pad_low) / lhs_dilation`` where that is a real element
+  (zero in padding, base-dilation holes and out of bounds); rhs element (k, n) is the kernel at
+  (output feature ``o``, input feature ``c``, window position, reversed where
+  ``window_reversal``). Operands are read through the ``FusedEmitter`` at their real indices,
+  so every ``dim_labels`` order, layout and fused prologue works.
+- Same tiles as the dot emitter: 64 × 64 block tile, BK = 16, 256 threads (16 × 16), 4 × 4
+  register tile per thread, shared tiles in the accumulation type; grid (ceil(N / 64),
+  ceil(M / 64), Z). Epilogue: the accumulator is injected as the convolution's value
+  (``FusedEmitter.inject``) and the root is computed and stored.
+
+Accumulation as the elemental convolution (f32 for f16/bf16/f32, f64 for f64, integers in the
+result type). Refused (loop emitter, elemental convolution): complex and pred element types,
+tiny convolutions (Z·M·N·K < 4096), fewer than 8 output features per group or output rows
+(depthwise convolutions: a 64-wide N tile would be mostly idle), grids beyond 65535 in y or z.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ...hlo import HloInstruction
+from ..elemental_contraction import _acc_type
+from ..fused_emitter import FusedEmitter
+from ..fusion_analysis import conv_hero
+from ..kernel_builder import KernelBuilder
+from ..llvm_types import compute_type
+from ..partitioner import PartitionedComputation, partition
+from ..target import KernelParam, LaunchDims, Target
+from .dot import (BK, BM, BN, MAX_GRID_YZ, MIN_MN, MIN_WORK, NUM_THREADS, RM, RN, TX, TY, _bytes, _delinearize,
+                  emit_tiled_mainloop, load_or_zero, store_epilogue)
+from .loop import fall_back_to_loop, fusion_params, kernel_index_type, output_leaves
+
+
+@dataclass(frozen=True)
+class WindowAxis:
+    size: int
+    stride: int
+    pad_low: int
+    base_dilation: int
+    window_dilation: int
+    reversed: bool
+    in_size: int       # input spatial size
+    out_size: int      # output spatial size
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    out_batch: int
+    axes: tuple[WindowAxis, ...]
+    in_features: int             # input features per group (the kernel's input feature dim)
+    features_per_group: int      # output features per group (N)
+    feature_groups: int
+    batch_groups: int
+    dn: object                   # ConvolutionDimensionNumbers
+
+    @staticmethod
+    def of(conv: HloInstruction) -> "ConvGeometry":
+        dn = conv.convolution_dimension_numbers
+        lhs, rhs = (o.shape for o in conv.operands)
+        window = conv.attr("window", ())
+        fgc, bgc = int(conv.attr("feature_group_count", 1)), int(conv.attr("batch_group_count", 1))
+        axes = []
+        for s in range(len(dn.input_spatial_dimensions)):
+            w = window[s] if window else None
+            size = w.size if w else rhs.dimensions[dn.kernel_spatial_dimensions[s]]
+            axes.append(WindowAxis(size, w.stride if w else 1, w.padding_low if w else 0,
+                                   w.base_dilation if w else 1, w.window_dilation if w else 1,
+                                   bool(w is not None and w.window_reversal),
+                                   lhs.dimensions[dn.input_spatial_dimensions[s]],
+                                   conv.shape.dimensions[dn.output_spatial_dimensions[s]]))
+        out_feat = conv.shape.dimensions[dn.output_feature_dimension]
+        return ConvGeometry(conv.shape.dimensions[dn.output_batch_dimension], tuple(axes),
+                            rhs.dimensions[dn.kernel_input_feature_dimension], out_feat // (fgc * bgc),
+                            fgc, bgc, dn)
+
+    @property
+    def m_dims(self) -> tuple[int, ...]:
+        return (self.out_batch, *(a.out_size for a in self.axes))
+
+    @property
+    def k_dims(self) -> tuple[int, ...]:
+        return (*(a.size for a in self.axes), self.in_features)
+
+    @property
+    def M(self) -> int:
+        return math.prod(self.m_dims)
+
+    @property
+    def N(self) -> int:
+        return self.features_per_group
+
+    @property
+    def K(self) -> int:
+        return math.prod(self.k_dims)
+
+    @property
+    def Z(self) -> int:
+        return self.feature_groups * self.batch_groups
+
+
+@dataclass(frozen=True)
+class ConvKernelSpec:
+    kernel_name: str
+    fusion: HloInstruction
+    partitioned: PartitionedComputation
+    conv: HloInstruction
+    root: HloInstruction
+    geometry: ConvGeometry
+    acc_type: str
+    launch: LaunchDims
+    index_type: ir.IntType
+    static_shared_bytes: int
+
+    @property
+    def params(self) -> list[KernelParam]:
+        return fusion_params(self.fusion)
+
+    def emit(self, target: Target) -> ir.Module:
+        return emit_conv_kernel(target, self)
+
+    def report_lines(self) -> list[str]:
+        g = self.geometry
+        return [f"convolution %{self.conv.name} as implicit GEMM: groups Z={g.Z} (batch {g.batch_groups} x "
+                f"feature {g.feature_groups}) M={g.M} (batch x spatial {list(g.m_dims)}) N={g.N} "
+                f"K={g.K} (window x input features {list(g.k_dims)}), accumulation {self.acc_type}, "
+                f"epilogue root %{self.root.name}",
+                f"tile {BM}x{BN}x{BK} ({NUM_THREADS} threads as {TX}x{TY}, {RM}x{RN} outputs per thread), "
+                "tiled path (no tensor cores)",
+                f"shared tiles {BK}x{BM} + {BK}x{BN}: {self.static_shared_bytes} B static, "
+                f"index type {self.index_type}",
+                *self.partitioned.to_text().splitlines()]
+
+    def summary_fields(self) -> dict:
+        g = self.geometry
+        return {"tile": [BM, BN, BK], "threads_per_block": NUM_THREADS, "register_tile": [RM, RN],
+                "accumulation_type": self.acc_type, "path": "implicit-gemm",
+                "gemm": {"groups": g.Z, "M": g.M, "N": g.N, "K": g.K},
+                "static_shared_bytes": self.static_shared_bytes, "index_type": str(self.index_type)}
+
+
+def plan_conv_kernel(fusion: HloInstruction, analysis, device, kernel_name: str):
+    """The implicit-GEMM plan for ``fusion``, or the loop emitter's plan with the reason."""
+    roots = analysis.roots
+    conv = conv_hero(roots)
+    why = _refusal(fusion, conv)
+    if why is not None:
+        return fall_back_to_loop(fusion, analysis, device, kernel_name, "convolution", why)
+    g = ConvGeometry.of(conv)
+    acc = _acc_type(conv.shape.element_type)
+    launch = LaunchDims((-(-g.N // BN), -(-g.M // BM), g.Z), (TX, TY, 1), 0)
+    elt = _bytes(acc)
+    shared = (-(-BK * BM * elt // 16) + -(-BK * BN * elt // 16)) * 16
+    return ConvKernelSpec(kernel_name, fusion, partition(fusion.fused_computation), conv, roots[0], g, acc,
+                          launch, kernel_index_type(fusion, launch), shared)
+
+
+def _refusal(fusion: HloInstruction, conv: HloInstruction | None) -> str | None:
+    if conv is None:
+        return "no single convolution hero reachable through elementwise ops"
+    types = [conv.shape.element_type] + [o.shape.element_type for o in conv.operands]
+    for t in types:
+        if t.startswith("c") or t == "pred" or not t.startswith(("s", "u", "f", "bf")):
+            return f"{t} elements"
+    leaves = output_leaves(fusion)
+    if len(leaves) != 1 or leaves[0][0].shape.is_tuple:
+        return "more than one output"
+    g = ConvGeometry.of(conv)
+    work = g.Z * g.M * g.N * g.K
+    if work < MIN_WORK:
+        return f"tiny convolution (groups*M*N*K = {work} < {MIN_WORK})"
+    if g.N < MIN_MN or g.M < MIN_MN:
+        return f"too narrow for tiles (M={g.M}, output features per group N={g.N}; tiles need both >= {MIN_MN})"
+    if -(-g.M // BM) > MAX_GRID_YZ or g.Z > MAX_GRID_YZ:
+        return f"grid too large (M tiles {-(-g.M // BM)}, groups {g.Z})"
+    return None
+
+
+# ---- emission ------------------------------------------------------------------------------------
+
+def emit_conv_kernel(target: Target, spec: ConvKernelSpec) -> ir.Module:
+    g = spec.geometry
+    dn = g.dn
+    conv = spec.conv
+    lhs, rhs = conv.operands
+    acc_et = spec.acc_type
+    module = target.new_module(spec.kernel_name)
+    kf = target.begin_kernel(module, spec.kernel_name, spec.params)
+    kb = KernelBuilder(kf.builder, target, spec.index_type)
+    b = kb.b
+    n_in = len(spec.fusion.fused_computation.parameters)
+    fe = FusedEmitter(target, module, spec.kernel_name, spec.partitioned, spec.index_type, inline=True)
+    fe.bind(kb, kf.args[:n_in])
+    out_ptr = kf.args[n_in]
+    I = kb.index
+    tx, ty = kb.thread_id(0), kb.thread_id(1)
+    tid = b.add(tx, b.mul(ty, I(TX)))
+    m0 = b.mul(kb.block_id(1), I(BM))
+    n0 = b.mul(kb.block_id(0), I(BN))
+    z = kb.block_id(2)
+    o0 = b.mul(z, I(g.N))                     # first output feature of this group
+    if g.Z == 1:
+        in_batch0, in_feat0 = I(0), I(0)
+    else:
+        y, grp = b.udiv(z, I(g.feature_groups)), b.urem(z, I(g.feature_groups))
+        in_batch0 = b.mul(y, I(g.out_batch))  # batch groups: this group's slice of the input batch
+        in_feat0 = b.mul(grp, I(g.in_features))
+    tt = compute_type(acc_et)
+    zero = ir.Constant(tt, 0)
+
+    def lhs_element(m, k) -> tuple[list, list]:
+        """(index, conditions) of the input element at GEMM (m, k)."""
+        bb, *osp = _delinearize(kb, m, g.m_dims)
+        *ks, c = _delinearize(kb, k, g.k_dims)
+        index: list = [None] * lhs.shape.rank
+        conds: list = []
+        for s, a in enumerate(g.axes):
+            q = b.add(b.mul(osp[s], I(a.stride)), b.mul(ks[s], I(a.window_dilation)))
+            if a.pad_low:
+                q = b.sub(q, I(a.pad_low))
+                if a.pad_low > 0:
+                    conds.append(b.icmp_signed(">=", q, I(0)))
+            if a.base_dilation > 1:
+                conds.append(b.icmp_signed("==", b.srem(q, I(a.base_dilation)), I(0)))
+                q = b.sdiv(q, I(a.base_dilation))
+            hi = ((a.out_size - 1) * a.stride + (a.size - 1) * a.window_dilation - a.pad_low) // a.base_dilation
+            if hi >= a.in_size:
+                conds.append(b.icmp_signed("<", q, I(a.in_size)))
+            index[dn.input_spatial_dimensions[s]] = q
+        index[dn.input_batch_dimension] = b.add(in_batch0, bb) if g.batch_groups > 1 else bb
+        index[dn.input_feature_dimension] = b.add(in_feat0, c) if g.feature_groups > 1 else c
+        return index, conds
+
+    def rhs_element(k, n) -> list:
+        *ks, c = _delinearize(kb, k, g.k_dims)
+        index: list = [None] * rhs.shape.rank
+        for s, a in enumerate(g.axes):
+            index[dn.kernel_spatial_dimensions[s]] = b.sub(I(a.size - 1), ks[s]) if a.reversed else ks[s]
+        index[dn.kernel_input_feature_dimension] = c
+        index[dn.kernel_output_feature_dimension] = b.add(o0, n) if g.Z > 1 else n
+        return index
+
+    def store(tile, off, v):
+        b.store(v, b.gep(tile, [off], inbounds=True, source_etype=tt))
+
+    def stage(step, a_tile, a_offset, b_tile, b_offset):
+        k0 = b.mul(step, I(BK))
+        # lhs tile: BM x BK, k fastest among consecutive threads
+        for s in range(BM * BK // NUM_THREADS):
+            lin = b.add(tid, I(s * NUM_THREADS))
+            kk, mm = b.urem(lin, I(BK)), b.udiv(lin, I(BK))
+            m, k = b.add(m0, mm), b.add(k0, kk)
+            conds = ([b.icmp_unsigned("<", m, I(g.M))] if g.M % BM else []) + \
+                    ([b.icmp_unsigned("<", k, I(g.K))] if g.K % BK else [])
+            index, window_conds = lhs_element(m, k)
+            store(a_tile, a_offset(mm, kk), load_or_zero(kb, fe, lhs, index, conds + window_conds, acc_et, zero))
+        # rhs tile: BK x BN, n fastest
+        for s in range(BN * BK // NUM_THREADS):
+            lin = b.add(tid, I(s * NUM_THREADS))
+            nn, kk = b.urem(lin, I(BN)), b.udiv(lin, I(BN))
+            n, k = b.add(n0, nn), b.add(k0, kk)
+            conds = ([b.icmp_unsigned("<", n, I(g.N))] if g.N % BN else []) + \
+                    ([b.icmp_unsigned("<", k, I(g.K))] if g.K % BK else [])
+            store(b_tile, b_offset(kk, nn), load_or_zero(kb, fe, rhs, rhs_element(k, n), conds, acc_et, zero))
+
+    slots = emit_tiled_mainloop(target, kb, module, fe, acc_et, -(-g.K // BK), tx, ty, stage)
+
+    def point(i, j):
+        m, n = b.add(m0, b.add(ty, I(TY * i))), b.add(n0, b.add(tx, I(TX * j)))
+        conds = ([b.icmp_unsigned("<", m, I(g.M))] if g.M % BM else []) + \
+                ([b.icmp_unsigned("<", n, I(g.N))] if g.N % BN else [])
+
+        def index_fn():
+            bb, *osp = _delinearize(kb, m, g.m_dims)
+            index: list = [None] * conv.shape.rank
+            index[dn.output_batch_dimension] = bb
+            index[dn.output_feature_dimension] = b.add(o0, n) if g.Z > 1 else n
+            for s, d in enumerate(dn.output_spatial_dimensions):
+                index[d] = osp[s]
+            return index
+        return conds, index_fn, slots[i][j]
+
+    store_epilogue(kb, fe, conv, spec.root, acc_et, out_ptr, [point(i, j) for i in range(RM) for j in range(RN)])
+    target.end_kernel(b)
+    return module
