@@ -110,9 +110,12 @@ def cases(gpu: bool) -> list[tuple[str, str]]:
 
 # ---- binding and launching every kernel of ENTRY -------------------------------------------------
 
-def bind(exe, args):
+def bind(exe, args, with_copies: bool = False):
     """Upload the arguments once and allocate every kernel's outputs; returns a function that
-    launches all kernels of ENTRY in order (no host work besides the launches)."""
+    launches all kernels of ENTRY in order (no host work besides the launches), and their count.
+    An in-place kernel (scatter, dynamic-update-slice) whose output was not donated starts from
+    a copy of its operand, made here once; ``with_copies`` makes the function repeat those copies
+    before each launch, as ``Executable.run`` does (the whole module's work)."""
     from hlo_compile.codegen.emitters.loop import output_leaves
     p, values, launches = exe.platform, {}, []
     for inst in exe.module.entry.instructions:
@@ -127,15 +130,21 @@ def bind(exe, args):
             ins = [values[op].data for op in inst.operands]
             outs = [Buffer(s, p.allocate(s)) for _, s in output_leaves(inst)]
             values[inst] = outs if inst.shape.is_tuple else outs[0]
-            launches.append((exe.kernels[inst.name], plan, ins + [b.data for b in outs]))
+            copy = [(outs[o].data, ins[i], outs[o].shape) for o, i in plan.in_place_operands.items()]
+            for c in copy:
+                p.copy(*c)
+            launches.append((exe.kernels[inst.name], plan, ins + [b.data for b in outs], copy))
         elif inst.opcode in ("tuple", "get-tuple-element"):
             values[inst] = (list(values[o] for o in inst.operands) if inst.opcode == "tuple"
                             else values[inst.operands[0]][inst.tuple_index])
         else:
             raise RuntimeError(f"cannot bind %{inst.name} ({inst.opcode})")
 
-    def run():
-        for kernel, plan, bufs in launches:
+    def run(with_copies: bool = with_copies):
+        for kernel, plan, bufs, copy in launches:
+            if with_copies:
+                for c in copy:
+                    p.copy(*c)
             p.launch(kernel, plan, bufs)
     return run, len(launches)
 

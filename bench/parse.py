@@ -39,8 +39,9 @@ def computations_text(module_text: str) -> tuple[str, set[str]]:
     return body, {c.name for c in module.computations}
 
 
-def build_large_module(corpus: Path, min_bytes: int) -> str:
-    sources = [corpus / "xla/repo/xla/tools/benchmarks/hlo/hlo_llama31_8b_bf16_1x8.hlo"]
+def build_large_module(corpus: Path, min_bytes: int, small: bool = False) -> str:
+    """Corpus computations copied until ``min_bytes``; ``small`` leaves out the 4 MB llama file."""
+    sources = [] if small else [corpus / "xla/repo/xla/tools/benchmarks/hlo/hlo_llama31_8b_bf16_1x8.hlo"]
     sources += sorted((corpus / "jax").glob("*/optimized_cpu.hlo"))
     pieces = [computations_text(p.read_text()) for p in sources if p.exists()]
     out, size, copy = [], 0, 0
