@@ -301,3 +301,46 @@ ENTRY e {
     x = np.array([1e-39, -3e-40, 9.2e-41, 1.0, 3.0e38, 5e-39, 1.17e-38, 1.18e-38], np.float32)
     got = compile_executable(module, "host").run([x])
     assert np.array_equal(got.view(np.uint16), x.astype(ml_dtypes.bfloat16).view(np.uint16))
+
+
+@pytest.mark.parametrize("text", [
+    "HloModule m\nENTRY e {\n  p = f32[0,4] parameter(0)\n  ROOT n = f32[0,4] negate(p)\n}\n",
+    "HloModule m\nENTRY e {\n  c = f32[] constant(1)\n  ROOT b = f32[0,3] broadcast(c), dimensions={}\n}\n",
+    """HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  p = f32[0,40] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[0] reduce(p, z), dimensions={1}, to_apply=add
+}""",
+    # an empty output next to a real one in one fusion
+    """HloModule m
+fused {
+  p = f32[4,4] parameter(0)
+  n = f32[4,4] negate(p)
+  s = f32[0,4] slice(p), slice={[2:2], [0:4]}
+  ROOT t = (f32[4,4], f32[0,4]) tuple(n, s)
+}
+ENTRY e {
+  p = f32[4,4] parameter(0)
+  ROOT f = (f32[4,4], f32[0,4]) fusion(p), kind=kLoop, calls=fused
+}""",
+    # sort along an empty dimension (the interpreter used to refuse it)
+    """HloModule m
+lt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=LT
+}
+ENTRY e {
+  p = f32[3,0] parameter(0)
+  ROOT s = f32[3,0] sort(p), dimensions={1}, to_apply=lt
+}""",
+], ids=["negate", "broadcast", "reduce-to-empty", "empty-beside-real", "sort-empty-dim"])
+def test_zero_element_outputs(text):
+    ok, report = run_on_host(parse_module(text))
+    assert ok, report

@@ -60,6 +60,12 @@ def main(file: Path, dump_to: Path | None, emit: str | None, output: Path | None
     except HloError as e:
         click.echo(str(e), err=True)
         sys.exit(2)
+    except (MemoryError, RecursionError, ValueError, KeyError, IndexError, TypeError, NotImplementedError,
+            ArithmeticError, AssertionError, AttributeError, RuntimeError) as e:
+        # a case the compiler does not handle: still a message, never a traceback
+        click.echo(f"hlo-compile: internal error on {file}: {type(e).__name__}: {e} "
+                   "(please report it with the file)", err=True)
+        sys.exit(2)
     if any(isinstance(o, bytes) for o in outputs):
         if output is None or len(outputs) != 1:
             click.echo("error: the cubin stage is binary: write one module's cubin with -o FILE", err=True)

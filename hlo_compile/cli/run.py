@@ -139,7 +139,8 @@ def main(file, platform, reference, input_literals, output_literals, seed, itera
     except HloError as e:
         click.echo(str(e), err=True)
         sys.exit(EXIT_ERROR)
-    except (MemoryError, RecursionError, ValueError, KeyError, IndexError, TypeError, NotImplementedError) as e:
+    except (MemoryError, RecursionError, ValueError, KeyError, IndexError, TypeError, NotImplementedError,
+            ArithmeticError, AssertionError, AttributeError, RuntimeError) as e:
         # an input the front end let through but the platform cannot handle: still no traceback
         click.echo(f"hlo-run: error: {type(e).__name__}: {e}", err=True)
         sys.exit(EXIT_ERROR)

@@ -171,6 +171,12 @@ def check_element_types(fusion: HloInstruction) -> None:
 def plan_fusion(fusion: HloInstruction, device: DeviceInfo, kernel_name: str) -> KernelPlan:
     check_element_types(fusion)
     analysis = analyze_fusion(fusion, device, available=available_emitters())
+    from .emitters.loop import EmptyKernelSpec, output_leaves
+    if all(s.element_count() == 0 for _, s in output_leaves(fusion)):
+        # nothing to compute (as XLA, no launch); the kernel exists so every fusion has one
+        analysis.emitter, analysis.variant = "loop", None
+        analysis.reason += "; every output is empty: no launch"
+        return KernelPlan(fusion, kernel_name, analysis, EmptyKernelSpec(kernel_name, fusion))
     planner = _planner(analysis.emitter) if analysis.emitter else None
     if planner is None:
         where = f" (line {fusion.location.line})" if fusion.location else ""

@@ -66,7 +66,7 @@ def _sort(ev, inst, ops):
     xs = [np.moveaxis(np.asarray(o), dim, -1) for o in ops]
     lead = xs[0].shape[:-1]
     n = xs[0].shape[-1]
-    flat = [x.reshape(-1, n) for x in xs]
+    flat = [x.reshape(int(np.prod(lead, dtype=np.int64)), n) for x in xs]
     if flat[0].shape[0] == 0 or n <= 1:
         perm = np.broadcast_to(np.arange(n), flat[0].shape)
     else:

@@ -93,14 +93,13 @@ def emit_loop_kernel(target: Target, spec: LoopKernelSpec) -> ir.Module:
     n_in = len(comp.parameters)
     fe = FusedEmitter(target, module, spec.kernel_name, spec.partitioned, spec.index_type)
     fe.bind(kb, kf.args[:n_in])
-    outputs = list(zip(_root_per_leaf(spec.fusion), output_leaves(spec.fusion), kf.args[n_in:]))
+    outputs = [o for o in zip(_root_per_leaf(spec.fusion), output_leaves(spec.fusion), kf.args[n_in:])
+               if o[1][1].element_count() > 0]  # an empty output (e.g. a [2:2] slice) is never written
 
     m = spec.thread_map
     ids = [kb.thread_id(a) for a in range(3)] + [kb.block_id(a) for a in range(3)]
     points = list(itertools.product(*(range(lo, hi + 1) for lo, hi in m.ranges)))
-    n_elements = 1
-    for d in output_leaves(spec.fusion)[0][1].dimensions:
-        n_elements *= d
+    n_elements = next(s.element_count() for _, s in output_leaves(spec.fusion) if s.element_count() > 0)
 
     def emitter(point) -> AffineEmitter:
         return AffineEmitter(kb, ids, [kb.index(s) for s in point], bounds=lambda v: m.bound(v))
@@ -187,13 +186,16 @@ def kernel_index_type(fusion: HloInstruction, launch: LaunchDims, unroll: int = 
 
 def plan_loop_kernel(fusion: HloInstruction, analysis, device, kernel_name: str) -> LoopKernelSpec:
     """XLA's loop-fusion launch config, thread map per output and partition for one fusion."""
-    config = loop_fusion_config(analysis, device)
-    leaves = output_leaves(fusion)
-    thread_map = thread_to_output_map(leaves[0][1], config)
+    # the first output with elements sets the launch (empty outputs are never written)
+    ref = next(shape for _, shape in output_leaves(fusion) if shape.element_count() > 0)
+    config = loop_fusion_config(analysis, device, shape=ref)
+    thread_map = thread_to_output_map(ref, config)
     root_maps = {}
     for r in fusion_roots(fusion.fused_computation):
         shape = r.shape.tuple_shapes[0] if r.shape.is_tuple else r.shape
-        if tuple(shape.dimensions) != tuple(leaves[0][1].dimensions) or shape.layout != leaves[0][1].layout:
+        if shape.element_count() == 0:
+            continue
+        if tuple(shape.dimensions) != tuple(ref.dimensions) or shape.layout != ref.layout:
             root_maps[r.name] = thread_to_output_map(shape, config)
     part = partition(fusion.fused_computation)
     return LoopKernelSpec(kernel_name, fusion, part, thread_map, root_maps, config.launch, config.unroll_factor,
@@ -230,3 +232,28 @@ def fall_back_to_loop(fusion: HloInstruction, analysis, device, kernel_name: str
     analysis.emitter, analysis.variant = "loop", None
     analysis.reason += f"; {declined_by} emitter declined ({why}), using the loop emitter"
     return LoopFallbackSpec(plan_loop_kernel(fusion, analysis, device, kernel_name), declined_by, why)
+
+
+@dataclass(frozen=True)
+class EmptyKernelSpec:
+    """A fusion whose outputs have no elements: an empty kernel that is never launched."""
+
+    kernel_name: str
+    fusion: HloInstruction
+    launch: LaunchDims = LaunchDims((0, 1, 1), (1, 1, 1))
+
+    @property
+    def params(self) -> list[KernelParam]:
+        return fusion_params(self.fusion)
+
+    def emit(self, target: Target) -> ir.Module:
+        module = target.new_module(self.kernel_name)
+        kf = target.begin_kernel(module, self.kernel_name, self.params)
+        target.end_kernel(kf.builder)
+        return module
+
+    def report_lines(self) -> list[str]:
+        return ["every output is empty: no launch"]
+
+    def summary_fields(self) -> dict:
+        return {"launch": False}
