@@ -32,7 +32,6 @@ __all__ = [
 
 _INT_MAX = 2**31 - 1
 _LOOP_CAN_EMIT = frozenset({"loop", "transpose", "reduction", "concatenate", "in-place-dus", "memcpy"})
-_ISSUES = {"transpose": " (issue 6)", "reduction": " (issue 6)"}
 _BACKEND_KINDS = {"__custom_fusion": "custom", "__triton": "triton", "__triton_gemm": "triton",
                   "__triton_nested_gemm_fusion": "triton", "__triton_collective": "triton",
                   "__triton_softmax": "triton", "__cudnn$fusion": "cudnn"}
@@ -275,8 +274,7 @@ def analyze_fusion(fusion: HloInstruction, device: DeviceInfo,
         emitter = choice.emitter
     elif choice.emitter in _LOOP_CAN_EMIT and "loop" in available:
         emitter = "loop"
-        reason += (f"; {choice.emitter} emitter not available yet{_ISSUES.get(choice.emitter, '')}, "
-                   "using the loop emitter")
+        reason += f"; {choice.emitter} emitter not available, using the loop emitter"
     else:
         reason += f"; no {choice.emitter} emitter is available"
     return FusionAnalysis(fusion, device, roots, list(roots) if loop_like else heroes, choice.emitter, emitter,
