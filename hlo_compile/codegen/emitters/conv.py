@@ -40,8 +40,8 @@ from ..kernel_builder import KernelBuilder
 from ..llvm_types import compute_type
 from ..partitioner import PartitionedComputation, partition
 from ..target import KernelParam, LaunchDims, Target
-from .dot import (BK, BM, BN, MAX_GRID_YZ, MIN_MN, MIN_WORK, NUM_THREADS, RM, RN, TX, TY, _bytes, _delinearize,
-                  emit_tiled_mainloop, load_or_zero, store_epilogue)
+from .dot import (BK, BM, BN, MAX_GRID_YZ, MIN_MN, MIN_WORK, NUM_THREADS, RM, RN, TX, TY, _delinearize,
+                  emit_tiled_mainloop, load_or_zero, store_epilogue, tiled_gemm_launch)
 from .loop import fall_back_to_loop, fusion_params, kernel_index_type, output_leaves
 
 
@@ -161,9 +161,7 @@ def plan_conv_kernel(fusion: HloInstruction, analysis, device, kernel_name: str)
         return fall_back_to_loop(fusion, analysis, device, kernel_name, "convolution", why)
     g = ConvGeometry.of(conv)
     acc = _acc_type(conv.shape.element_type)
-    launch = LaunchDims((-(-g.N // BN), -(-g.M // BM), g.Z), (TX, TY, 1), 0)
-    elt = _bytes(acc)
-    shared = (-(-BK * BM * elt // 16) + -(-BK * BN * elt // 16)) * 16
+    launch, shared = tiled_gemm_launch(g.M, g.N, g.Z, acc)
     return ConvKernelSpec(kernel_name, fusion, partition(fusion.fused_computation), conv, roots[0], g, acc,
                           launch, kernel_index_type(fusion, launch), shared)
 

@@ -163,11 +163,17 @@ def plan_dot_kernel(fusion: HloInstruction, analysis, device, kernel_name: str):
         return fall_back_to_loop(fusion, analysis, device, kernel_name, "dot", why)
     g = DotGeometry.of(dot)
     acc = _acc_type(dot.shape.element_type)
-    launch = LaunchDims((-(-g.N // BN), -(-g.M // BM), g.B), (TX, TY, 1), 0)
-    elt = _bytes(acc)
-    shared = (-(-BK * BM * elt // 16) + -(-BK * BN * elt // 16)) * 16
+    launch, shared = tiled_gemm_launch(g.M, g.N, g.B, acc)
     return DotKernelSpec(kernel_name, fusion, partition(fusion.fused_computation), dot, roots[0], g, acc, launch,
                          kernel_index_type(fusion, launch), shared)
+
+
+def tiled_gemm_launch(m: int, n: int, z: int, acc: str) -> tuple[LaunchDims, int]:
+    """Launch dims of the tiled GEMM over an M×N output (z independent problems) and its
+    static shared bytes (one BM×BK and one BK×BN tile in the accumulation type)."""
+    launch = LaunchDims((-(-n // BN), -(-m // BM), z), (TX, TY, 1), 0)
+    elt = _bytes(acc)
+    return launch, (-(-BK * BM * elt // 16) + -(-BK * BN * elt // 16)) * 16
 
 
 def _bytes(et: str) -> int:
