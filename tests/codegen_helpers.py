@@ -1,17 +1,19 @@
 """Shared helpers of the code-generation tests: FileCheck in process, module compilation to
 LLVM IR/PTX for one module, and running a module on the host platform against the
-interpreter."""
+interpreter, and a host platform that tracks every buffer's lifetime."""
 from __future__ import annotations
 
 import io
 from pathlib import Path
+
+import numpy as np
 
 from hlo_compile import parse_module
 from hlo_compile.interpreter import evaluate_module
 from hlo_compile.options import CompileOptions
 from hlo_compile.pipeline import run_pipeline
 from hlo_compile.runtime import compare, literals
-from hlo_compile.runtime.executable import compile_executable
+from hlo_compile.runtime.executable import HostPlatform, compile_executable
 
 
 def filecheck(text: str, checks: str, tmp_path: Path) -> None:
@@ -49,3 +51,48 @@ def run_on_host(module, seed: int = 0, args=None):
     expected = literals.flatten(evaluate_module(module, args))
     cmp = compare.compare_results(expected, got, tolerances=[(None, None)] * len(expected))
     return cmp.ok, cmp.report()
+
+
+class TrackedBuffer(np.ndarray):
+    freed = False
+
+
+class TrackingHostPlatform(HostPlatform):
+    """Host platform asserting that no buffer is freed twice or used after being freed, and
+    counting allocations and copies."""
+
+    def __init__(self):
+        self.live: dict[int, TrackedBuffer] = {}
+        self.allocations = 0
+        self.copies = 0
+
+    def _track(self, a):
+        t = a.view(TrackedBuffer)
+        t.freed = False
+        self.live[id(t)] = t
+        return t
+
+    def upload(self, physical):
+        return self._track(physical)
+
+    def allocate(self, shape):
+        self.allocations += 1
+        return self._track(super().allocate(shape))
+
+    def free(self, data):
+        assert not data.freed, "freed twice"
+        data.freed = True
+        self.live.pop(id(data))
+
+    def copy(self, dst, src, shape):
+        assert not dst.freed and not src.freed, "copy with a freed buffer"
+        self.copies += 1
+        super().copy(np.asarray(dst), np.asarray(src), shape)
+
+    def launch(self, kernel, plan, buffers):
+        assert not any(getattr(b, "freed", False) for b in buffers), "a kernel reads a freed buffer"
+        super().launch(kernel, plan, [np.asarray(b) for b in buffers])
+
+    def download(self, data, shape):
+        assert not data.freed, "downloading a freed buffer"
+        return super().download(np.asarray(data), shape)

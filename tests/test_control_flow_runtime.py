@@ -14,9 +14,9 @@ from hlo_compile.interpreter import evaluate_module
 from hlo_compile.options import CompileOptions
 from hlo_compile.passes import run_passes
 from hlo_compile.runtime import literals
-from hlo_compile.runtime.executable import Executable, HostPlatform, compile_executable
+from hlo_compile.runtime.executable import Executable, compile_executable
 
-from codegen_helpers import run_on_host
+from codegen_helpers import TrackingHostPlatform, run_on_host
 from test_jax_corpus import run_case
 
 COUNTER_ACC = """HloModule m
@@ -338,45 +338,11 @@ def test_input_module_is_left_untouched():
 
 # ---- memory: every buffer freed once, none used after it was freed ------------------------------
 
-class _Tracked(np.ndarray):
-    freed = False
-
-
-class _TrackingHost(HostPlatform):
-    def __init__(self):
-        self.live: dict[int, _Tracked] = {}
-
-    def _track(self, a):
-        t = a.view(_Tracked)
-        t.freed = False
-        self.live[id(t)] = t
-        return t
-
-    def upload(self, physical):
-        return self._track(physical)
-
-    def allocate(self, shape):
-        return self._track(super().allocate(shape))
-
-    def free(self, data):
-        assert not data.freed, "freed twice"
-        data.freed = True
-        self.live.pop(id(data))
-
-    def launch(self, kernel, plan, buffers):
-        assert not any(getattr(b, "freed", False) for b in buffers), "a kernel reads a freed buffer"
-        super().launch(kernel, plan, [np.asarray(b) for b in buffers])
-
-    def download(self, data, shape):
-        assert not data.freed, "downloading a freed buffer"
-        return super().download(np.asarray(data), shape)
-
-
 @pytest.mark.parametrize("text", [NESTED, WHILE_IN_BRANCH, TRANSPOSE_BODY], ids=["nested", "branch", "transpose"])
 def test_buffers_freed_when_dead(text):
     module = _parse(text)
     host = compile_executable(module, "host")
-    platform = _TrackingHost()
+    platform = TrackingHostPlatform()
     exe = Executable(host.plan, platform, host.kernels)
     args = literals.random_inputs(module, 0)
     if text is WHILE_IN_BRANCH:

@@ -17,8 +17,10 @@ from hlo_compile.interpreter import evaluate_module
 from hlo_compile.options import CompileOptions
 from hlo_compile.pipeline import run_pipeline, summary
 from hlo_compile.runtime import literals
-from hlo_compile.runtime.executable import Executable, HostPlatform, compile_executable
+from hlo_compile.runtime.executable import Executable, compile_executable
 from hlo_compile.targets.nvptx import NvptxTarget
+
+from codegen_helpers import TrackingHostPlatform
 
 DUS_DEAD = """HloModule m
 ENTRY e {
@@ -161,51 +163,6 @@ ENTRY e {
 
 # ---- a platform that tracks every buffer ------------------------------------------------------
 
-class _Tracked(np.ndarray):
-    freed = False
-
-
-class _TrackingHost(HostPlatform):
-    """Host platform asserting that no buffer is freed twice or used after being freed, and
-    counting allocations and copies."""
-
-    def __init__(self):
-        self.live: dict[int, _Tracked] = {}
-        self.allocations = 0
-        self.copies = 0
-
-    def _track(self, a):
-        t = a.view(_Tracked)
-        t.freed = False
-        self.live[id(t)] = t
-        return t
-
-    def upload(self, physical):
-        return self._track(physical)
-
-    def allocate(self, shape):
-        self.allocations += 1
-        return self._track(super().allocate(shape))
-
-    def free(self, data):
-        assert not data.freed, "freed twice"
-        data.freed = True
-        self.live.pop(id(data))
-
-    def copy(self, dst, src, shape):
-        assert not dst.freed and not src.freed, "copy with a freed buffer"
-        self.copies += 1
-        super().copy(np.asarray(dst), np.asarray(src), shape)
-
-    def launch(self, kernel, plan, buffers):
-        assert not any(getattr(b, "freed", False) for b in buffers), "a kernel reads a freed buffer"
-        super().launch(kernel, plan, [np.asarray(b) for b in buffers])
-
-    def download(self, data, shape):
-        assert not data.freed, "downloading a freed buffer"
-        return super().download(np.asarray(data), shape)
-
-
 def _args(module, seed=0):
     args = literals.random_inputs(module, seed)
     rng = np.random.default_rng(seed)
@@ -221,7 +178,7 @@ def _run_tracked(text: str, seed: int = 0):
     """(executable, tracking platform) after a checked run against the interpreter, twice."""
     module = parse_module(text)
     host = compile_executable(module, "host")
-    platform = _TrackingHost()
+    platform = TrackingHostPlatform()
     exe = Executable(host.plan, platform, host.kernels)
     for run in range(2):
         args = _args(module, seed + run)

@@ -41,8 +41,8 @@ from ..llvm_types import compute_type
 from ..partitioner import PartitionedComputation, partition
 from ..target import KernelParam, LaunchDims, Target
 from .dot import (BK, BM, BN, MAX_GRID_YZ, MIN_MN, MIN_WORK, NUM_THREADS, RM, RN, TX, TY, _delinearize,
-                  emit_tiled_mainloop, load_or_zero, store_epilogue, tiled_gemm_launch)
-from .loop import fall_back_to_loop, fusion_params, kernel_index_type, output_leaves
+                  emit_tiled_mainloop, gemm_refusal, load_or_zero, store_epilogue, tiled_gemm_launch)
+from .loop import fall_back_to_loop, fusion_params, kernel_index_type
 
 
 @dataclass(frozen=True)
@@ -167,15 +167,9 @@ def plan_conv_kernel(fusion: HloInstruction, analysis, device, kernel_name: str)
 
 
 def _refusal(fusion: HloInstruction, conv: HloInstruction | None) -> str | None:
-    if conv is None:
-        return "no single convolution hero reachable through elementwise ops"
-    types = [conv.shape.element_type] + [o.shape.element_type for o in conv.operands]
-    for t in types:
-        if t.startswith("c") or t == "pred" or not t.startswith(("s", "u", "f", "bf")):
-            return f"{t} elements"
-    leaves = output_leaves(fusion)
-    if len(leaves) != 1 or leaves[0][0].shape.is_tuple:
-        return "more than one output"
+    why = gemm_refusal(fusion, conv, "convolution")
+    if why is not None:
+        return why
     g = ConvGeometry.of(conv)
     work = g.Z * g.M * g.N * g.K
     if work < MIN_WORK:

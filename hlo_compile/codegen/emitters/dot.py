@@ -181,16 +181,25 @@ def _bytes(et: str) -> int:
     return max(1, bits_of(et) // 8)
 
 
-def _refusal(fusion: HloInstruction, dot: HloInstruction | None) -> str | None:
-    if dot is None:
-        return "no single dot hero reachable through elementwise ops"
-    types = [dot.shape.element_type] + [o.shape.element_type for o in dot.operands]
+def gemm_refusal(fusion: HloInstruction, hero: HloInstruction | None, what: str) -> str | None:
+    """Why the tiled GEMM cannot take ``fusion`` around ``hero`` (a dot or convolution) on
+    element types and outputs alone, or None."""
+    if hero is None:
+        return f"no single {what} hero reachable through elementwise ops"
+    types = [hero.shape.element_type] + [o.shape.element_type for o in hero.operands]
     for t in types:
         if t.startswith("c") or t == "pred" or not t.startswith(("s", "u", "f", "bf")):
             return f"{t} elements"
     leaves = output_leaves(fusion)
     if len(leaves) != 1 or leaves[0][0].shape.is_tuple:
         return "more than one output"
+    return None
+
+
+def _refusal(fusion: HloInstruction, dot: HloInstruction | None) -> str | None:
+    why = gemm_refusal(fusion, dot, "dot")
+    if why is not None:
+        return why
     g = DotGeometry.of(dot)
     if g.B * g.M * g.N * g.K < MIN_WORK:
         return f"tiny dot (B*M*N*K = {g.B * g.M * g.N * g.K} < {MIN_WORK})"
