@@ -41,7 +41,8 @@ def _fmt(v) -> str:
 
 
 _TABLE_EXTRA = {  # the extras worth a column, per section; the rest is in the JSON
-    "gpu kernels": ["kernels", "gbs", "pct_copy_roofline", "tflops", "module_us", "xla_us", "ours_over_xla"],
+    "gpu kernels": ["kernels", "gbs", "pct_copy_roofline", "tflops", "module_us", "module_graph_us", "graph_gain",
+                    "xla_us", "ours_over_xla"],
     "parse": ["module_mb", "xla_mb_s", "ours_over_xla"],
     "compile": ["kernels"],
     "interpreter": ["xla_cpu_ms", "ratio"],

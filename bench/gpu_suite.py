@@ -12,7 +12,8 @@ with the interpreter (no timing on a mismatch or on an all-zero result). Then:
   the bandwidth of a 256 MiB ``cuMemcpyDtoD`` timed the same way in the same run (% of the copy
   roofline); TFLOP/s for dots and convolutions;
 - the whole module: all launches (and the copies that start in-place kernels) from Python,
-  then a synchronize, wall clock, median: launch overhead included;
+  then a synchronize, wall clock, median: launch overhead included; and the same work as one
+  CUDA graph (``runtime/graph.py``: one ``cuGraphLaunch`` and a synchronize), with the gain;
 - XLA on the same module through jax (``../shared/tools/xla_ref.py``, ``$HLO_XLA_REF``) on the
   ``cuda`` backend, after our device is closed: for a module of one parameter and a ROOT fusion
   of the same shape, ``bench/gelu.py``'s chain recipe (the module as fused, backend only, a
@@ -105,17 +106,38 @@ def bench_ours(bm: catalog.BenchModule, iterations: int, copy_gbs: float) -> tup
             next(cycle)(True)
             dev.synchronize()
         module_ms = _median(_wall_ms(whole, max(3, iterations // 4)))
+        graph_ms = module_graph_ms(exe, args, expected, max(3, iterations // 4))
         nbytes = catalog.kernel_bytes(exe.plan)
         gbs = nbytes / (ms * 1e-3) / 1e9
         fl = catalog.flops(module)
         row["value"] = ms * 1e3
         ex.update(kernels=launches, input_copies=n_copies, bytes=nbytes, gbs=gbs,
                   pct_copy_roofline=100 * gbs / copy_gbs, module_us=module_ms * 1e3,
+                  module_graph_us=graph_ms * 1e3 if graph_ms else None,
+                  graph_gain=(module_ms / graph_ms) if graph_ms else None,
                   tflops=(fl / (ms * 1e-3) / 1e12) if fl else None,
                   registers=[getattr(exe.kernels[k.fusion.name], "registers", None) for k in exe.plan.kernels])
         return row, (text, module, args, expected)
     finally:
         dev.close()  # before jax takes the GPU
+
+
+def module_graph_ms(exe, args, expected, n: int) -> float | None:
+    """The whole module as one CUDA graph (``runtime/graph.py``): wall clock of one
+    ``cuGraphLaunch`` and a synchronize, median of ``n``; its result checked first. None for a
+    module with host control flow."""
+    from hlo_compile.runtime.graph import ModuleGraph, unsupported_reason
+    if unsupported_reason(exe) is not None:
+        return None
+    with ModuleGraph(exe) as graph:
+        why = catalog.check_results(expected, literals.flatten(graph.run(args)))
+        if why:
+            raise RuntimeError("CUDA graph: " + why)
+
+        def replay():
+            exe.platform.launch_graph(graph.graph)
+            exe.platform.synchronize()
+        return _median(_wall_ms(replay, n))
 
 
 def xla_queue_time(xr, text: str, args, expected, iterations: int, copies: int = 4) -> dict:

@@ -81,6 +81,8 @@ class _Result(enum.IntEnum):
     CUDA_ERROR_NO_DEVICE = 100
     CUDA_ERROR_INVALID_PTX = 218
     CUDA_ERROR_NOT_FOUND = 500
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901
+    CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906
 
 
 class _DeviceAttr(enum.IntEnum):
@@ -106,6 +108,17 @@ class _EventFlags(enum.IntEnum):
     CU_EVENT_DEFAULT = 0
 
 
+class _StreamFlags(enum.IntEnum):
+    CU_STREAM_DEFAULT = 0
+    CU_STREAM_NON_BLOCKING = 1
+
+
+class _CaptureMode(enum.IntEnum):
+    CU_STREAM_CAPTURE_MODE_GLOBAL = 0
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1
+    CU_STREAM_CAPTURE_MODE_RELAXED = 2
+
+
 class FakeDriver:
     """Enough of the driver API for the runtime's bookkeeping; records every call by name."""
 
@@ -114,6 +127,8 @@ class FakeDriver:
     CUfunction_attribute = _FuncAttr
     CUjit_option = _JitOption
     CUevent_flags = _EventFlags
+    CUstream_flags = _StreamFlags
+    CUstreamCaptureMode = _CaptureMode
     JIT_ERROR = b"ptxas application ptx input, line 31; error   : Unknown symbol '%broken9'"
 
     def __init__(self, init_result: int = 0, device_count: int = 1):
@@ -123,6 +138,22 @@ class FakeDriver:
         self.modules: set[str] = set()
         self.contexts = 0
         self.launches: list[tuple] = []
+        self.functions: list[str] = []  # the function of each launch
+        # stream capture as the driver does it: work queued on the capturing stream becomes
+        # graph nodes; a synchronous call meanwhile invalidates the capture
+        self.streams: set[str] = set()
+        self.capturing: str | None = None
+        self.capture_broken = False
+        self.nodes: list[tuple] = []
+        self.graphs: dict[str, list[tuple]] = {}
+        self.graph_execs: dict[str, str] = {}
+
+    def _during_capture(self) -> bool:
+        """A synchronous call: refused (and the capture invalidated) while one is open."""
+        if self.capturing is not None:
+            self.capture_broken = True
+            return True
+        return False
 
     def _log(self, name: str) -> None:
         self.calls.append(name)
@@ -158,6 +189,8 @@ class FakeDriver:
         return (0,)
 
     def cuCtxSynchronize(self):
+        if self._during_capture():
+            return (_Result.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,)
         self._log("cuCtxSynchronize")
         return (0,)
 
@@ -195,6 +228,8 @@ class FakeDriver:
         return (0,) if value <= 227 * 1024 else (_Result.CUDA_ERROR_INVALID_VALUE,)
 
     def cuMemAlloc(self, n):
+        if self._during_capture():
+            return (_Result.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, None)
         if n == 0:
             return _Result.CUDA_ERROR_INVALID_VALUE, None
         buf = ctypes.create_string_buffer(n)
@@ -206,17 +241,88 @@ class FakeDriver:
         return (0,)
 
     def cuMemcpyHtoD(self, dst, src, n):
+        if self._during_capture():
+            return (_Result.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,)
+        self._log("cuMemcpy")
         ctypes.memmove(dst, src, n)
         return (0,)
 
     cuMemcpyDtoH = cuMemcpyDtoD = cuMemcpyHtoD
+
+    def cuMemcpyDtoDAsync(self, dst, src, n, stream):
+        if stream == self.capturing:
+            self.nodes.append(("copy", int(dst), int(src), int(n)))
+            return (0,)
+        ctypes.memmove(dst, src, n)
+        return (0,)
+
+    def cuStreamCreate(self, flags):
+        assert int(flags) == _StreamFlags.CU_STREAM_DEFAULT
+        handle = f"stream{len(self.streams)}"
+        self.streams.add(handle)
+        return 0, handle
+
+    def cuStreamDestroy(self, stream):
+        self.streams.remove(stream)
+        return (0,)
+
+    def cuStreamSynchronize(self, stream):
+        return (0,)
+
+    def cuStreamBeginCapture(self, stream, mode):
+        assert stream in self.streams and self.capturing is None  # never the legacy stream
+        self.capturing, self.capture_broken, self.nodes = stream, False, []
+        return (0,)
+
+    def cuStreamEndCapture(self, stream):
+        assert stream == self.capturing
+        self.capturing = None
+        if self.capture_broken:
+            return _Result.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, None
+        handle = f"graph{len(self.graphs)}"
+        self.graphs[handle] = self.nodes
+        return 0, handle
+
+    def cuGraphGetNodes(self, graph, count):
+        return 0, None, len(self.graphs[graph])
+
+    def cuGraphInstantiate(self, graph, flags):
+        handle = f"exec{len(self.graph_execs)}"
+        self.graph_execs[handle] = graph
+        return 0, handle
+
+    def cuGraphLaunch(self, executable, stream):
+        self._log("cuGraphLaunch")
+        for node in self.graphs[self.graph_execs[executable]]:
+            if node[0] == "copy":
+                ctypes.memmove(node[1], node[2], node[3])
+            else:
+                self.functions.append(node[1])
+                self.launches.append(node[2:])
+        return (0,)
+
+    def cuGraphExecDestroy(self, executable):
+        del self.graph_execs[executable]
+        return (0,)
+
+    def cuGraphDestroy(self, graph):
+        del self.graphs[graph]
+        return (0,)
 
     def cuMemsetD8(self, dst, value, n):
         ctypes.memset(dst, value, n)
         return (0,)
 
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        self.launches.append(((gx, gy, gz), (bx, by, bz), shared, params))
+        launch = ((gx, gy, gz), (bx, by, bz), shared, params)
+        if self.capturing is not None:
+            if stream != self.capturing:  # the legacy stream syncs with the capturing one
+                self.capture_broken = True
+                return (_Result.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,)
+            self.nodes.append(("launch", f, *launch))
+            return (0,)
+        self.functions.append(f)
+        self.launches.append(launch)
         return (0,)
 
     def cuEventCreate(self, flags):
@@ -397,6 +503,83 @@ def test_device_refuses_cleanly_without_a_gpu(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(rt, "driver_module", lambda: FakeDriver(init_result=100))
     with pytest.raises(rt.CudaError, match="no CUDA device"):
         rt.CudaDevice()
+
+
+def test_graph_capture_and_replay_on_fake_driver(fake: FakeDriver) -> None:
+    with rt.CudaDevice() as dev:
+        fn = dev.load_module(AXPY_PTX).function("axpy")
+        x = np.arange(64, dtype=np.float32)
+        src, dst = dev.to_device(x), dev.alloc(x.nbytes)
+        stream = dev.create_stream()
+
+        def enqueue(s: rt.CudaStream) -> None:
+            dev.launch(fn, 1, 64, [src, dst, dst, np.float32(1), np.uint32(64)], stream=s)
+            dev.copy_device_to_device(dst, src, x.nbytes, stream=s)
+        before = len(fake.launches)
+        graph = dev.capture_graph(stream, enqueue)
+        assert len(fake.launches) == before and graph.node_count == 2  # captured, not run
+        assert not dev.copy_to_host(dst, np.empty_like(x)).any()
+        graph.launch(stream)
+        graph.launch(stream)
+        stream.synchronize()
+        assert len(fake.launches) == before + 2 and fake.launches[-1][:3] == ((1, 1, 1), (64, 1, 1), 0)
+        assert np.array_equal(dev.copy_to_host(dst, np.empty_like(x)), x)  # the copy node ran
+
+        # a synchronous call inside the capture: the driver refuses it; the capture is ended
+        # and nothing is left behind
+        def bad(s: rt.CudaStream) -> None:
+            dev.launch(fn, 1, 64, [src, dst, dst, np.float32(1), np.uint32(64)], stream=s)
+            dev.alloc(16)
+        with pytest.raises(rt.CudaError, match="cuMemAlloc: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT"):
+            dev.capture_graph(stream, bad)
+        assert fake.capturing is None and len(fake.graphs) == 1
+        dev.capture_graph(stream, enqueue)  # the stream is usable again
+        assert len(fake.graphs) == 2
+    assert not fake.graphs and not fake.graph_execs and not fake.streams  # close() cleaned up
+
+
+class _AnyKernelDriver(FakeDriver):
+    """Every ``.entry`` of a loaded module is found (our compiled modules, not just axpy)."""
+
+    def cuModuleGetFunction(self, module, name):
+        return 0, f"{module}:{name.decode()}"
+
+
+def test_module_graph_on_the_cuda_platform_with_a_fake_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executable's own path: recorded launches captured on our stream, parameters
+    rewritten in place, no allocation or synchronous call inside the capture, the same
+    launches as plain runs, and everything released with the graph and the device."""
+    from hlo_compile.hlo import parse_module
+    from hlo_compile.runtime import literals
+    from hlo_compile.runtime.executable import compile_executable
+    from hlo_compile.runtime.graph import ModuleGraph
+    from test_module_graph import CHAIN
+
+    fake = _AnyKernelDriver()
+    monkeypatch.setattr(rt, "driver_module", lambda: fake)
+    module = parse_module(CHAIN)
+    exe = compile_executable(module, "cuda")
+    dev = exe.platform.device
+    try:
+        args = literals.random_inputs(module, 0)
+        exe.run(args)
+        plain = list(zip(fake.functions, (l[:3] for l in fake.launches)))
+        assert len(plain) == len(exe.plan.kernels) == 4
+        graph = ModuleGraph(exe)
+        graph.run(args)  # records, captures, replays once
+        assert fake.calls.count("cuGraphLaunch") == 1 and graph.graph.node_count == 5  # 4 kernels + 1 copy
+        assert list(zip(fake.functions, (l[:3] for l in fake.launches)))[len(plain):] == plain
+        allocated = set(fake.memory)
+        launches = len(fake.launches)
+        for seed in (1, 2):
+            graph.run(literals.random_inputs(module, seed))
+        assert set(fake.memory) == allocated  # replays neither allocate nor free
+        assert len(fake.launches) == launches + 2 * 4 and fake.calls.count("cuGraphLaunch") == 3
+        graph.close()
+        assert not fake.graphs and len(fake.memory) < len(allocated)
+    finally:
+        dev.close()
+    assert not fake.memory and not fake.streams
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")

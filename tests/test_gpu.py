@@ -152,3 +152,37 @@ ENTRY e {{
     expected = literals.flatten(evaluate_module(module, args))
     cmp = compare.compare_results(expected, got, tolerances=[(None, None)] * len(expected))
     assert cmp.ok, f"{name}: {cmp.report()}"
+
+
+# ---- CUDA graphs (hlo-run --use-cuda-graph) ----------------------------------------------------
+def _on_cuda_graph(module, args):
+    """Captured on all-zero arguments, replayed with the case's (the parameters' buffers are
+    rewritten in place); a module with host control flow must be refused by name instead."""
+    from hlo_compile.runtime.graph import ModuleGraph, unsupported_reason
+    from test_jax_corpus_host import _zeros_like
+    with cuda_executable(module) as exe:
+        why = unsupported_reason(exe)
+        if why is not None:
+            assert "while" in why or "conditional" in why
+            return exe.run(args)
+        with ModuleGraph(exe) as graph:
+            graph.run(_zeros_like(args))
+            return graph.run(args)
+
+
+@pytest.mark.parametrize("case,hlo", _cases())
+def test_jax_case_as_cuda_graph(gpu, corpus, case, hlo):
+    if case is None or not (corpus / "jax").is_dir():
+        pytest.skip("no JAX corpus")
+    result = run_case(corpus / "jax" / case, hlo, run=_on_cuda_graph)
+    assert result.ok, result.report()
+
+
+def test_gelu_cli_with_cuda_graph(gpu):
+    from hlo_compile.cli.run import main
+    result = CliRunner().invoke(main, [str(GELU_FILE), "--platform=cuda", "--use-cuda-graph",
+                                       "--iterations", "20"])
+    assert result.exit_code == 0, result.output
+    assert "CUDA graph: one graph of 1 kernel launch(es)" in result.output
+    assert "with plain launches" in result.output
+    print(result.output)

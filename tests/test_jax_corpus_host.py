@@ -1,16 +1,36 @@
 """The JAX corpus on the host target: every module (both .hlo files of every case) compiles,
-runs and matches XLA:CPU's outputs within the case's tolerances."""
+runs and matches XLA:CPU's outputs within the case's tolerances; every straight-line module
+also runs as one recorded graph (``runtime/graph.py``: captured on all-zero arguments, then
+replayed with the case's) and gives the very same bytes as the plain run."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from hlo_compile.runtime import literals
 from hlo_compile.runtime.executable import compile_executable
+from hlo_compile.runtime.graph import ModuleGraph, unsupported_reason
 
 from test_jax_corpus import _cases, run_case
 
 
+def _zeros_like(value):
+    if isinstance(value, (tuple, list)):
+        return type(value)(_zeros_like(v) for v in value)
+    return np.zeros_like(np.asarray(value))
+
+
 def _on_host(module, args):
-    return compile_executable(module, "host").run(args)
+    exe = compile_executable(module, "host")
+    result = exe.run(args)
+    if unsupported_reason(exe) is None:
+        with ModuleGraph(exe) as graph:
+            graph.run(_zeros_like(args))
+            replayed = graph.run(args)
+        for i, (a, b) in enumerate(zip(literals.flatten(result), literals.flatten(replayed))):
+            assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), \
+                f"output {i}: the graph replay differs from the plain run"
+    return result
 
 
 @pytest.mark.parametrize("case,hlo", _cases())

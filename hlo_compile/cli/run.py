@@ -23,15 +23,48 @@ class _Failure(Exception):
         self.code = code
 
 
-def _runner(platform: str, module, seed, tensor_cores: bool = False):
-    """A function running ``module`` on ``platform`` (compiled once, run many times)."""
+def _runner(platform: str, module, seed, tensor_cores: bool = False, graph: bool = False):
+    """A function running ``module`` on ``platform`` (compiled once, run many times); with
+    ``graph``, (graph runner, plain runner) when the module can be one CUDA graph."""
     if platform == "interpreter":
         from ..interpreter import evaluate_module
         return lambda args: evaluate_module(module, args, seed=seed)
     from ..options import CompileOptions
     from ..runtime.executable import compile_executable
     exe = compile_executable(module, platform, CompileOptions(dot_tensor_cores=tensor_cores))
-    return exe.run
+    if not graph:
+        return exe.run
+    from ..runtime.graph import ModuleGraph, unsupported_reason
+    why = unsupported_reason(exe)
+    if why:
+        click.echo(f"{module.name}: CUDA graph not used ({why}); running plain launches", err=True)
+        return exe.run
+    return ModuleGraph(exe), exe.run
+
+
+def _timed(run, args, iterations: int):
+    """(last result, seconds per run)."""
+    result, times = None, []
+    for _ in range(max(1, iterations)):
+        t0 = time.perf_counter()
+        result = run(args)
+        times.append(time.perf_counter() - t0)
+    return result, times
+
+
+def _run_graph(module, graph, plain, args, iterations: int):
+    """Run through the graph (the first run records and captures it); with iterations > 1,
+    time plain launches the same way and report the gain."""
+    result, times = _timed(graph.run, args, iterations)
+    click.echo(f"{module.name}: CUDA graph: {graph.describe()}; first run (capture) "
+               f"{times[0] * 1e3:.3f} ms", err=True)
+    if iterations > 1:
+        _, plain_times = _timed(plain, args, iterations)
+        g, p = np.median(times[1:]), np.median(plain_times[1:])
+        click.echo(f"{module.name}: {iterations - 1} replays, median {g * 1e3:.3f} ms with the graph, "
+                   f"{p * 1e3:.3f} ms with plain launches ({p / g:.2f}x), transfers included", err=True)
+    graph.close()
+    return result, times
 
 
 def _is_own_reference(platform: str, reference: str) -> bool:
@@ -48,7 +81,8 @@ def _print_literals(label: str, leaves) -> None:
 
 
 def _run_one(module, *, platform, reference, input_literals, output_literals, seed, iterations,
-             abs_error_bound, rel_error_bound, print_literals, index=None, tensor_cores=False) -> int:
+             abs_error_bound, rel_error_bound, print_literals, index=None, tensor_cores=False,
+             use_cuda_graph=False) -> int:
     from ..runtime import compare, literals
     if input_literals:
         args = literals.load_inputs(input_literals, module)
@@ -56,16 +90,15 @@ def _run_one(module, *, platform, reference, input_literals, output_literals, se
         args = literals.random_inputs(module, seed if seed is not None else 0)
     if print_literals:
         _print_literals("arg", literals.flatten(args))
-    result = None
-    times = []
-    # the keyword only when set: tests replace _runner with (platform, module, seed) functions
-    run = _runner(platform, module, seed, **({"tensor_cores": True} if tensor_cores else {}))
-    for _ in range(max(1, iterations)):
-        t0 = time.perf_counter()
-        result = run(args)
-        times.append(time.perf_counter() - t0)
+    # keywords only when set: tests replace _runner with (platform, module, seed) functions
+    extra = {**({"tensor_cores": True} if tensor_cores else {}), **({"graph": True} if use_cuda_graph else {})}
+    run = _runner(platform, module, seed, **extra)
+    if isinstance(run, tuple):
+        result, times = _run_graph(module, *run, args, iterations)
+    else:
+        result, times = _timed(run, args, iterations)
     leaves = literals.flatten(result)
-    if iterations > 1:
+    if iterations > 1 and not isinstance(run, tuple):
         click.echo(f"{module.name}: {platform} {iterations} iterations, median {np.median(times) * 1e3:.3f} ms, "
                    f"min {min(times) * 1e3:.3f} ms", err=True)
     if output_literals:
@@ -109,13 +142,18 @@ def _run_one(module, *, platform, reference, input_literals, output_literals, se
 @click.option("--tensor-cores/--no-tensor-cores", "tensor_cores", default=False, show_default=True,
               envvar="HLO_COMPILE_TENSOR_CORES",
               help="f16/bf16 dots through mma.sync tensor cores on sm_80+ (experimental)")
+@click.option("--use-cuda-graph", is_flag=True,
+              help="cuda: capture the module's launches once in a CUDA graph and replay it (with "
+                   "--iterations N, also times plain launches and prints the gain)")
 @click.option("--split-input-file", is_flag=True, help="FILE holds modules separated by '// -----'")
 @click.option("--as-fusion", is_flag=True,
               help="FILE is a bare fused computation (XLA's emitter test files): run it as one fusion")
 def main(file, platform, reference, input_literals, output_literals, seed, iterations, abs_error_bound,
-         rel_error_bound, print_literals, tensor_cores, split_input_file, as_fusion):
+         rel_error_bound, print_literals, tensor_cores, use_cuda_graph, split_input_file, as_fusion):
     """Run the HLO module in FILE and compare its results with a reference."""
     try:
+        if use_cuda_graph and platform != "cuda":
+            raise _Failure(f"--use-cuda-graph needs --platform=cuda (got --platform={platform})")
         try:
             text = Path(file).read_text()
         except OSError as e:
@@ -130,7 +168,7 @@ def main(file, platform, reference, input_literals, output_literals, seed, itera
                             output_literals=output_literals, seed=seed, iterations=iterations,
                             abs_error_bound=abs_error_bound, rel_error_bound=rel_error_bound,
                             print_literals=print_literals, index=i if len(modules) > 1 else None,
-                            tensor_cores=tensor_cores)
+                            tensor_cores=tensor_cores, use_cuda_graph=use_cuda_graph)
             status = max(status, code)
         sys.exit(status)
     except _Failure as e:

@@ -166,6 +166,52 @@ class DeviceBuffer:
         return f"DeviceBuffer(ptr=0x{self.ptr:x}, size={self.size})"
 
 
+def _node_count(graph: Any) -> int | None:
+    """How many nodes a graph has (informational: None when the bindings answer otherwise)."""
+    try:
+        res = driver_module().cuGraphGetNodes(graph, 0)  # a null array: only the count
+        return int(res[-1]) if int(res[0]) == 0 else None
+    except Exception:
+        return None
+
+
+class CudaStream:
+    """A stream of the device's context; ``destroy()`` is idempotent (closing the device
+    destroys the streams still alive)."""
+
+    def __init__(self, device: CudaDevice, handle: Any):
+        self.device, self.handle = device, handle
+
+    def synchronize(self) -> None:
+        _call("cuStreamSynchronize", self.handle)
+
+    def destroy(self) -> None:
+        if self.handle is not None:
+            if self in self.device._streams:
+                self.device._streams.remove(self)
+            _call("cuStreamDestroy", self.handle)
+            self.handle = None
+
+
+class CudaGraph:
+    """A captured and instantiated CUDA graph of ``node_count`` nodes (kernels and copies)."""
+
+    def __init__(self, device: CudaDevice, graph: Any, executable: Any, node_count: int | None):
+        self.device, self.graph, self.executable, self.node_count = device, graph, executable, node_count
+
+    def launch(self, stream: CudaStream) -> None:
+        """Queue one replay of the whole graph on ``stream`` (asynchronous)."""
+        _call("cuGraphLaunch", self.executable, stream.handle)
+
+    def destroy(self) -> None:
+        if self.executable is not None:
+            if self in self.device._graphs:
+                self.device._graphs.remove(self)
+            _call("cuGraphExecDestroy", self.executable)
+            _call("cuGraphDestroy", self.graph)
+            self.executable = self.graph = None
+
+
 class CudaFunction:
     """A kernel of a loaded module, with the attributes ptxas decided (registers, spills)."""
 
@@ -247,6 +293,8 @@ class CudaDevice:
         self.context = _call("cuDevicePrimaryCtxRetain", self.handle)
         self._buffers: dict[int, DeviceBuffer] = {}
         self._modules: list[CudaModule] = []
+        self._streams: list[CudaStream] = []
+        self._graphs: list[CudaGraph] = []
         try:
             self.make_current()
             self.name = _text(_call("cuDeviceGetName", 256, self.handle))
@@ -351,12 +399,27 @@ class CudaDevice:
             _call("cuMemcpyDtoH", out.ctypes.data, buf.ptr, out.nbytes)
         return out
 
-    def copy_device_to_device(self, dst: DeviceBuffer, src: DeviceBuffer, nbytes: int | None = None) -> None:
+    def copy_into(self, buf: DeviceBuffer, array: np.ndarray) -> None:
+        """Overwrite the start of an existing buffer with ``array``'s bytes (synchronous: the
+        legacy stream, which waits for earlier work on blocking streams)."""
+        host = np.ascontiguousarray(array)
+        if host.nbytes > buf.size:
+            raise ValueError(f"copy of {host.nbytes} bytes into a {buf.size}-byte buffer")
+        if host.nbytes:
+            _call("cuMemcpyHtoD", buf.ptr, host.ctypes.data, host.nbytes)
+
+    def copy_device_to_device(self, dst: DeviceBuffer, src: DeviceBuffer, nbytes: int | None = None,
+                              stream: CudaStream | None = None) -> None:
+        """Synchronous on the legacy stream, or queued on ``stream`` (as stream capture needs)."""
         n = min(dst.size, src.size) if nbytes is None else int(nbytes)
         if n > dst.size or n > src.size:
             raise ValueError(f"copy of {n} bytes from a {src.size}-byte to a {dst.size}-byte buffer")
-        if n:
+        if not n:
+            return
+        if stream is None:
             _call("cuMemcpyDtoD", dst.ptr, src.ptr, n)
+        else:
+            _call("cuMemcpyDtoDAsync", dst.ptr, src.ptr, n, stream.handle)
 
     def memset(self, buf: DeviceBuffer, value: int = 0, nbytes: int | None = None) -> None:
         """Sets bytes to ``value`` (0..255)."""
@@ -368,7 +431,10 @@ class CudaDevice:
     def launch(self, function: CudaFunction, grid: int | Sequence[int], block: int | Sequence[int],
                args: Sequence[DeviceBuffer | int | np.generic], shared_bytes: int = 0,
                stream: Any = 0) -> None:
-        """Asynchronous on ``stream``; errors inside the kernel surface at the next sync."""
+        """Asynchronous on ``stream`` (0: the legacy stream, or a :class:`CudaStream`); errors
+        inside the kernel surface at the next sync."""
+        if isinstance(stream, CudaStream):
+            stream = stream.handle
         params, holders = kernel_params(args)
         gx, gy, gz = _dims(grid)
         bx, by, bz = _dims(block)
@@ -379,6 +445,41 @@ class CudaDevice:
 
     def synchronize(self) -> None:
         _call("cuCtxSynchronize")
+
+    # -- streams and graphs --------------------------------------------------------------------
+    def create_stream(self) -> CudaStream:
+        """A blocking stream (``CU_STREAM_DEFAULT``): the legacy stream's synchronous copies
+        still wait for its work, so downloads need no extra synchronisation."""
+        d = driver_module()
+        stream = CudaStream(self, _call("cuStreamCreate", int(d.CUstream_flags.CU_STREAM_DEFAULT)))
+        self._streams.append(stream)
+        return stream
+
+    def capture_graph(self, stream: CudaStream, enqueue: Callable[[CudaStream], None]) -> CudaGraph:
+        """Capture what ``enqueue(stream)`` queues on ``stream`` into an instantiated graph.
+
+        Thread-local capture mode: this thread may not allocate, free or copy synchronously
+        until the capture ends (the driver invalidates the capture and says so), which is why
+        callers allocate every buffer first. A failure ends the capture before raising."""
+        d = driver_module()
+        mode = int(d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        _call("cuStreamBeginCapture", stream.handle, mode)
+        try:
+            enqueue(stream)
+        except BaseException:
+            res = d.cuStreamEndCapture(stream.handle)
+            if int(res[0]) == 0 and res[1] is not None:
+                d.cuGraphDestroy(res[1])
+            raise
+        graph = _call("cuStreamEndCapture", stream.handle)
+        try:
+            executable = _call("cuGraphInstantiate", graph, 0)
+        except BaseException:
+            d.cuGraphDestroy(graph)
+            raise
+        result = CudaGraph(self, graph, executable, _node_count(graph))
+        self._graphs.append(result)
+        return result
 
     def time_kernel(self, fn: Callable[[], None], iterations: int = 10, warmup: int = 1,
                     stream: Any = 0) -> list[float]:
@@ -410,6 +511,10 @@ class CudaDevice:
             return
         try:
             self.make_current()
+            for graph in list(self._graphs):
+                graph.destroy()
+            for stream in list(self._streams):
+                stream.destroy()
             for module in list(self._modules):
                 module.unload()
             for buf in list(self._buffers.values()):

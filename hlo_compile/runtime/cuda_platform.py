@@ -26,6 +26,7 @@ class CudaPlatform(Platform):
         self.options = options
         self.module = None
         self.ptx = ""
+        self.stream = None  # created for the first graph
 
     def compile_all(self, plans: Sequence[Any]) -> dict[str, Any]:
         from ..targets.linking import link_kernel_modules
@@ -59,3 +60,29 @@ class CudaPlatform(Platform):
 
     def synchronize(self) -> None:
         self.device.synchronize()
+
+    def write(self, data: Any, physical: np.ndarray) -> None:
+        self.device.copy_into(data, physical)
+
+    def build_graph(self, ops: Sequence[Any]) -> Any:
+        """Stream capture of the recorded launches and copies, on a stream of our own (the
+        legacy stream cannot be captured)."""
+        if self.stream is None:
+            self.stream = self.device.create_stream()
+
+        def enqueue(stream) -> None:
+            for op in ops:
+                if op.kind == "launch":
+                    l = op.plan.launch
+                    self.device.launch(op.kernel, l.grid, l.block, list(op.buffers),
+                                       shared_bytes=l.shared_bytes, stream=stream)
+                else:
+                    dst, src = op.buffers
+                    self.device.copy_device_to_device(dst, src, buffer_bytes(op.shape), stream=stream)
+        return self.device.capture_graph(self.stream, enqueue)
+
+    def launch_graph(self, graph: Any) -> None:
+        graph.launch(self.stream)
+
+    def destroy_graph(self, graph: Any) -> None:
+        graph.destroy()

@@ -71,6 +71,20 @@ class Platform:
     def synchronize(self) -> None:
         pass
 
+    def write(self, data: Any, physical: np.ndarray) -> None:
+        """Overwrite an existing buffer with host bytes (a graph's parameters between runs)."""
+        raise NotImplementedError
+
+    def build_graph(self, ops: Sequence[Any]) -> Any:
+        """One replayable object for recorded launches and copies (``runtime/graph.py``)."""
+        raise NotImplementedError(f"platform '{self.name}' has no graphs")
+
+    def launch_graph(self, graph: Any) -> None:
+        raise NotImplementedError(f"platform '{self.name}' has no graphs")
+
+    def destroy_graph(self, graph: Any) -> None:
+        pass
+
     def free(self, data: Any) -> None:
         """Give a buffer's memory back (buffers with a ``free`` method: device memory)."""
         release = getattr(data, "free", None)
@@ -103,6 +117,20 @@ class HostPlatform(Platform):
 
     def copy(self, dst: Any, src: Any, shape: Shape) -> None:
         np.copyto(dst, src)
+
+    def write(self, data: Any, physical: np.ndarray) -> None:
+        np.copyto(data, physical.reshape(data.shape))
+
+    def build_graph(self, ops: Sequence[Any]) -> Any:
+        """The recorded list itself: replayed in order (the same kernels and buffers)."""
+        return list(ops)
+
+    def launch_graph(self, graph: Any) -> None:
+        for op in graph:
+            if op.kind == "launch":
+                self.launch(op.kernel, op.plan, op.buffers)
+            else:
+                self.copy(*op.buffers, op.shape)
 
 
 @dataclass
