@@ -12,3 +12,5 @@ class CompileOptions:
     # until validated on a GPU. Whoever creates the NvptxTarget copies it onto the target
     # (``target.dot_tensor_cores = options.dot_tensor_cores``): the dot spec reads it there.
     dot_tensor_cores: bool = False
+    # producer-consumer fusion of lone instructions (passes/fusion.py); off: one kernel per op
+    fusion: bool = True

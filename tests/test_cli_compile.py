@@ -45,7 +45,9 @@ def test_as_fusion_compiles_a_bare_fused_computation(tmp_path):
     path.write_text(BARE)
     r = _invoke(compile_main, path, "--as-fusion", "--emit=fusions")
     assert r.exit_code == 0 and r.output.count("-> kernel") == 1 and "emitter: transpose" in r.output
-    r = _invoke(compile_main, path, "--emit=fusions")  # as a module: one kernel per instruction
+    r = _invoke(compile_main, path, "--emit=fusions")  # as a module: its two ops fused again
+    assert r.exit_code == 0 and r.output.count("-> kernel") == 1 and "emitter: transpose" in r.output
+    r = _invoke(compile_main, path, "--emit=fusions", "--no-fusion")  # one kernel per instruction
     assert r.exit_code == 0 and r.output.count("-> kernel") == 2
     r = _invoke(run_main, path, "--as-fusion", "--platform=host")
     assert r.exit_code == 0 and "results match" in r.output

@@ -1,7 +1,8 @@
 """The JAX corpus on the host target: every module (both .hlo files of every case) compiles,
 runs and matches XLA:CPU's outputs within the case's tolerances; every straight-line module
 also runs as one recorded graph (``runtime/graph.py``: captured on all-zero arguments, then
-replayed with the case's) and gives the very same bytes as the plain run."""
+replayed with the case's) and gives the very same bytes as the plain run (floats: up to
+the order of atomic additions)."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,9 +29,18 @@ def _on_host(module, args):
             graph.run(_zeros_like(args))
             replayed = graph.run(args)
         for i, (a, b) in enumerate(zip(literals.flatten(result), literals.flatten(replayed))):
-            assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), \
+            assert a.dtype == b.dtype and a.shape == b.shape, f"output {i}: {b.dtype}{b.shape}"
+            assert a.tobytes() == b.tobytes() or _reordered_sums(a, b), \
                 f"output {i}: the graph replay differs from the plain run"
     return result
+
+
+def _reordered_sums(a: np.ndarray, b: np.ndarray) -> bool:
+    """Float results equal up to the order of atomic additions (scatter-add combines updates
+    in whatever order the threads get there, on the host as on a GPU)."""
+    if a.dtype.kind != "f":
+        return False
+    return bool(np.allclose(a.astype(np.float64), b.astype(np.float64), rtol=1e-5, atol=1e-6, equal_nan=True))
 
 
 @pytest.mark.parametrize("case,hlo", _cases())

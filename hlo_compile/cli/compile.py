@@ -23,19 +23,21 @@ from ..pipeline import STAGE_NAMES, CompileOptions, run_pipeline
 @click.option("--tensor-cores/--no-tensor-cores", "tensor_cores", default=False, show_default=True,
               envvar="HLO_COMPILE_TENSOR_CORES",
               help="f16/bf16 dots through mma.sync tensor cores on sm_80+ (experimental).")
+@click.option("--fusion/--no-fusion", "fusion", default=True, show_default=True,
+              help="Group lone instructions into fusions (--no-fusion: one kernel per instruction).")
 @click.option("--split-input-file", is_flag=True, help="Treat '// -----' lines as module separators.")
 @click.option("--short", "short_form", is_flag=True, help="Print HLO in the short form (no operand shapes).")
 @click.option("--as-fusion", is_flag=True,
               help="The file is a bare fused computation (XLA's emitter test files): compile it as one fusion.")
 def main(file: Path, dump_to: Path | None, emit: str | None, output: Path | None, arch: str,
-         tensor_cores: bool, split_input_file: bool, short_form: bool, as_fusion: bool) -> None:
+         tensor_cores: bool, fusion: bool, split_input_file: bool, short_form: bool, as_fusion: bool) -> None:
     """Compile an XLA HLO text module."""
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         click.echo(f"error: cannot read {file}: {e}", err=True)
         sys.exit(2)
-    options = CompileOptions(arch=arch, dot_tensor_cores=tensor_cores)
+    options = CompileOptions(arch=arch, dot_tensor_cores=tensor_cores, fusion=fusion)
     try:
         if split_input_file:
             modules = parse_modules(text, str(file))

@@ -23,7 +23,7 @@ class _Failure(Exception):
         self.code = code
 
 
-def _runner(platform: str, module, seed, tensor_cores: bool = False, graph: bool = False):
+def _runner(platform: str, module, seed, tensor_cores: bool = False, graph: bool = False, fusion: bool = True):
     """A function running ``module`` on ``platform`` (compiled once, run many times); with
     ``graph``, (graph runner, plain runner) when the module can be one CUDA graph."""
     if platform == "interpreter":
@@ -31,7 +31,7 @@ def _runner(platform: str, module, seed, tensor_cores: bool = False, graph: bool
         return lambda args: evaluate_module(module, args, seed=seed)
     from ..options import CompileOptions
     from ..runtime.executable import compile_executable
-    exe = compile_executable(module, platform, CompileOptions(dot_tensor_cores=tensor_cores))
+    exe = compile_executable(module, platform, CompileOptions(dot_tensor_cores=tensor_cores, fusion=fusion))
     if not graph:
         return exe.run
     from ..runtime.graph import ModuleGraph, unsupported_reason
@@ -82,7 +82,7 @@ def _print_literals(label: str, leaves) -> None:
 
 def _run_one(module, *, platform, reference, input_literals, output_literals, seed, iterations,
              abs_error_bound, rel_error_bound, print_literals, index=None, tensor_cores=False,
-             use_cuda_graph=False) -> int:
+             use_cuda_graph=False, fusion=True) -> int:
     from ..runtime import compare, literals
     if input_literals:
         args = literals.load_inputs(input_literals, module)
@@ -91,7 +91,8 @@ def _run_one(module, *, platform, reference, input_literals, output_literals, se
     if print_literals:
         _print_literals("arg", literals.flatten(args))
     # keywords only when set: tests replace _runner with (platform, module, seed) functions
-    extra = {**({"tensor_cores": True} if tensor_cores else {}), **({"graph": True} if use_cuda_graph else {})}
+    extra = {**({"tensor_cores": True} if tensor_cores else {}), **({"graph": True} if use_cuda_graph else {}),
+             **({} if fusion else {"fusion": False})}
     run = _runner(platform, module, seed, **extra)
     if isinstance(run, tuple):
         result, times = _run_graph(module, *run, args, iterations)
@@ -142,6 +143,8 @@ def _run_one(module, *, platform, reference, input_literals, output_literals, se
 @click.option("--tensor-cores/--no-tensor-cores", "tensor_cores", default=False, show_default=True,
               envvar="HLO_COMPILE_TENSOR_CORES",
               help="f16/bf16 dots through mma.sync tensor cores on sm_80+ (experimental)")
+@click.option("--fusion/--no-fusion", "fusion", default=True, show_default=True,
+              help="group lone instructions into fusions (--no-fusion: one kernel per instruction)")
 @click.option("--use-cuda-graph", is_flag=True,
               help="cuda: capture the module's launches once in a CUDA graph and replay it (with "
                    "--iterations N, also times plain launches and prints the gain)")
@@ -149,7 +152,7 @@ def _run_one(module, *, platform, reference, input_literals, output_literals, se
 @click.option("--as-fusion", is_flag=True,
               help="FILE is a bare fused computation (XLA's emitter test files): run it as one fusion")
 def main(file, platform, reference, input_literals, output_literals, seed, iterations, abs_error_bound,
-         rel_error_bound, print_literals, tensor_cores, use_cuda_graph, split_input_file, as_fusion):
+         rel_error_bound, print_literals, tensor_cores, fusion, use_cuda_graph, split_input_file, as_fusion):
     """Run the HLO module in FILE and compare its results with a reference."""
     try:
         if use_cuda_graph and platform != "cuda":
@@ -168,7 +171,7 @@ def main(file, platform, reference, input_literals, output_literals, seed, itera
                             output_literals=output_literals, seed=seed, iterations=iterations,
                             abs_error_bound=abs_error_bound, rel_error_bound=rel_error_bound,
                             print_literals=print_literals, index=i if len(modules) > 1 else None,
-                            tensor_cores=tensor_cores, use_cuda_graph=use_cuda_graph)
+                            tensor_cores=tensor_cores, use_cuda_graph=use_cuda_graph, fusion=fusion)
             status = max(status, code)
         sys.exit(status)
     except _Failure as e:

@@ -188,7 +188,8 @@ def prepare_module(module: HloModule, options: CompileOptions) -> HloModule:
     """The module after the passes and the code generator's own rewrites (a copy)."""
     from .tree_reduction import rewrite_tree_reductions
     device = device_for_arch(options.arch)
-    return run_passes(module, before_fusion=[lambda m: rewrite_tree_reductions(m, device)])
+    return run_passes(module, before_fusion=[lambda m: rewrite_tree_reductions(m, device)],
+                      fusion=options.fusion)
 
 
 def plan_module(module: HloModule, options: CompileOptions) -> ModulePlan:

@@ -3,8 +3,8 @@
 The runtime runs a ``while``'s condition and body and a ``conditional``'s branches as
 sub-executables of their own (DESIGN §4): each is a thunk sequence over fusions, exactly like
 ENTRY. So each such computation goes through the same rewrites as ENTRY: its ``call``s are
-inlined (``inline_calls``) and its lone instructions wrapped as fusions
-(``wrap_lone_instructions``). This is done recursively, for a ``while`` inside a branch or a
+inlined (``inline_calls``), its lone instructions fused and the rest wrapped as fusions
+(``fuse_and_wrap``). This is done recursively, for a ``while`` inside a branch or a
 ``conditional`` inside a body (inlining a ``call`` may bring in new ones too).
 
 Fusion names then have to be unique over every computation the runtime executes, since
@@ -53,12 +53,12 @@ def executed_computations(module: HloModule) -> list[HloComputation]:
     return out
 
 
-def prepare_control_flow(module: HloModule) -> HloModule:
-    """Inline calls and wrap lone instructions in every computation reached from ENTRY through
-    while/conditional (ENTRY itself is expected to be prepared already); rewrites in place and
-    returns the module."""
+def prepare_control_flow(module: HloModule, fusion: bool = True) -> HloModule:
+    """Inline calls, fuse (unless ``fusion`` is false) and wrap lone instructions in every
+    computation reached from ENTRY through while/conditional (ENTRY itself is expected to be
+    prepared already); rewrites in place and returns the module."""
+    from . import fuse_and_wrap
     from .inline_calls import inline_calls
-    from .wrap_fusions import wrap_lone_instructions
     entry = module.entry
     done = {id(entry)}
     pending = control_flow_callees(entry)
@@ -72,7 +72,7 @@ def prepare_control_flow(module: HloModule) -> HloModule:
         module.entry = comp
         try:
             inline_calls(module)
-            wrap_lone_instructions(module)
+            fuse_and_wrap(module, fusion)
         finally:
             module.entry = entry
         prepared.append(comp)

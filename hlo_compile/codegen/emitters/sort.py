@@ -1,10 +1,22 @@
-"""The sort emitter (first version): a rank sort, one thread per element.
+"""The sort emitter's planner and its rank sort, one thread per element.
 
 A fusion whose root is a ``sort`` (XLA semantics: any number of operands of one shape, sorted
 together along ``dimensions={d}`` by the scalar comparator ``to_apply``, which takes two
-scalars per operand: ``(lhs0, rhs0, lhs1, rhs1, ...)``) becomes one kernel in which thread
-``t`` owns element ``i`` of the operands (in the keys' row-major logical order). It walks its
-*row*, the 1-D slice through ``i`` along ``d``, and counts the elements that go before it:
+scalars per operand: ``(lhs0, rhs0, lhs1, rhs1, ...)``) or a ``topk`` gets one of two kernels
+(``plan_sort_kernel``):
+
+- the bitonic sort in shared memory (``sort_bitonic.py``: one block per row, O(n log² n)
+  comparator calls per row) for a ``sort`` whose rows have at least two elements and, padded
+  to a power of two, fit the 48 KiB of static shared memory of a block together with their
+  positions (up to 4096 elements for one or two 32-bit operands);
+- the rank sort below for everything else: ``topk``, rows of one element, and rows too long
+  for shared memory. Its report says why the bitonic kernel did not take the fusion.
+
+Both give the same answer for a comparator that is a strict weak order: the stable sort.
+
+The rank sort: thread ``t`` owns element ``i`` of the operands (in the keys' row-major
+logical order). It walks its *row*, the 1-D slice through ``i`` along ``d``, and counts the
+elements that go before it:
 
     j goes before i  <=>  (less(j, i) and not less(i, j))
                           or (less(j, i) == less(i, j) and j < i)
@@ -23,11 +35,10 @@ Operands are read through the ``FusedEmitter``, so elementwise prologues fused b
 (converts, negations, broadcasts...) are recomputed at each read, and the comparator is
 emitted inline (``emit_call_computation``) twice per pair.
 
-Cost: O(n) comparator evaluations per thread, O(n²) per row of length n. Good for short and
-medium rows (XLA itself sends rows of up to a few thousand elements to a shared-memory bitonic
-sort); long rows want the next step: a bitonic sort in shared memory per tile followed by
-global merge passes (XLA's ``SortThunk``/``EmitSortInPlace`` layout), or CUB's radix sort for
-plain keys.
+Cost: O(n) comparator evaluations per thread, O(n²) per row of length n: fine for short rows,
+and what rows too long for the bitonic kernel's shared memory get today. Those want the next
+step: the bitonic sort per shared-memory tile followed by global merge passes (XLA's
+``SortThunk``/``EmitSortInPlace`` layout), or CUB's radix sort for plain keys.
 
 ``topk`` (XLA's op: the ``k`` largest, or smallest, elements along the last dim, values and
 s32 indices, ties to the lower index, floats in total order) is the same idea: thread ``i``
@@ -40,6 +51,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
@@ -53,6 +65,9 @@ from ..llvm_types import I1, storage_type
 from ..partitioner import PartitionedComputation, partition
 from ..target import LaunchDims, Target
 from .loop import fusion_params, kernel_index_type, output_leaves
+
+if TYPE_CHECKING:
+    from .sort_bitonic import BitonicSortKernelSpec
 
 
 @dataclass(frozen=True)
@@ -68,6 +83,7 @@ class SortKernelSpec:
     sort_dim: int
     launch: LaunchDims
     index_type: ir.IntType
+    not_bitonic: str = ""           # why the bitonic kernel did not take this sort (report)
 
     @property
     def is_topk(self) -> bool:
@@ -89,10 +105,12 @@ class SortKernelSpec:
         what = (f"topk k={self.hero.attr('k')} largest={self.hero.attr('largest', True)}" if self.is_topk
                 else f"sort of {len(self.hero.operands)} operand(s), stable={self.hero.attr('is_stable', False)}")
         cmp_per_pair = 1 if self.is_topk else 2
+        why = [f"not the bitonic sort: {self.not_bitonic}"] if self.not_bitonic else []
         return [f"rank sort: {what} along dim {self.sort_dim}, {rows} row(s) of {n}",
+                *why,
                 f"one thread per element, {n} x {cmp_per_pair} comparisons per thread "
-                f"({self.num_elements * n * cmp_per_pair} in all: O(n^2) per row; a bitonic/merge sort "
-                "is the next step for long rows)",
+                f"({self.num_elements * n * cmp_per_pair} in all: O(n^2) per row; rows too long for the "
+                "shared-memory bitonic sort would want a global merge)",
                 f"index type {self.index_type}",
                 *self.partitioned.to_text().splitlines()]
 
@@ -116,8 +134,12 @@ def _hero_and_leaves(fusion: HloInstruction) -> tuple[HloInstruction, tuple[int,
     raise unsupported(root, "the sort emitter needs a fusion whose root is a sort or topk")
 
 
-def plan_sort_kernel(fusion: HloInstruction, analysis, device, kernel_name: str) -> SortKernelSpec:
-    """One thread per element of the keys, 128 per block (the loop emitter's launch)."""
+def plan_sort_kernel(fusion: HloInstruction, analysis, device,
+                     kernel_name: str) -> SortKernelSpec | BitonicSortKernelSpec:
+    """The bitonic sort in shared memory when the hero is a ``sort`` whose rows fit a block
+    (``sort_bitonic.plan_bitonic_sort``), else the rank sort: one thread per element of the
+    keys, 128 per block (the loop emitter's launch)."""
+    from .sort_bitonic import plan_bitonic_sort   # it builds on this module's helpers
     hero, leaves = _hero_and_leaves(fusion)
     keys = hero.operands[0].shape
     if not keys.is_array:
@@ -131,9 +153,12 @@ def plan_sort_kernel(fusion: HloInstruction, analysis, device, kernel_name: str)
         if len(hero.dimensions) != 1:
             raise unsupported(hero, "sort needs exactly one sort dimension")
         sort_dim = hero.dimensions[0]
+    bitonic = plan_bitonic_sort(fusion, hero, leaves, dims, sort_dim, device, kernel_name)
+    if not isinstance(bitonic, str):
+        return bitonic
     launch = loop_launch_dims(math.prod(dims), 1, device)
     return SortKernelSpec(kernel_name, fusion, partition(fusion.fused_computation), hero, leaves, dims, sort_dim,
-                          launch, kernel_index_type(fusion, launch))
+                          launch, kernel_index_type(fusion, launch), bitonic)
 
 
 # ---- emission ------------------------------------------------------------------------------------

@@ -1,0 +1,234 @@
+"""Producer-consumer fusion: lone instructions grouped into multi-instruction fusions.
+
+Modules straight from a framework (``jax.jit(f).lower(...)``) have no fusions; without this
+pass every op would be a kernel of its own that writes its result to memory for the next one
+to read back. XLA's GPU pipeline fuses them (``InstructionFusion``/``PriorityFusion`` with the
+rules of ``gpu_fusible.cc``); this pass applies the core of those rules greedily:
+
+* A group starts at a *consumer*: an elementwise op, ``broadcast``, ``reshape``,
+  ``transpose``, ``slice``, ``pad``, ``concatenate``, ``reverse``, ``dynamic-slice``, ``iota``
+  or a ``reduce`` (an input fusion, ``kind=kInput``, with the reduce as its hero).
+* It absorbs its operands' producers, users before producers, while they are *producers*
+  (the consumer ops above, ``gather``, and constants of at most ``MAX_FUSED_CONSTANT``
+  elements; never a ``reduce``: its consumers would recompute it per element):
+  - a producer all of whose users are already in the group moves into it;
+  - a producer with users elsewhere is *duplicated* into the group when it is cheap (not one
+    of XLA's expensive ops, see ``EXPENSIVE``) and stays where it is for the other users;
+    one whose other users all end up reading duplicates disappears (``_remove_dead``);
+  - an expensive producer is not fused into a consumer that reads each element several
+    times (``broadcast``), so fusion never multiplies transcendental work.
+* A group stops growing at ``MAX_FUSED_INSTRUCTIONS`` members or ``MAX_FUSION_OPERANDS``
+  operands (XLA's limit on operands and outputs is 96; ours is lower to keep kernels short).
+
+Not done (XLA does them): sibling and producer-consumer multi-output fusion, reduction
+epilogue fusion, fusing into ``dot``/``convolution``/``scatter``/``sort``/
+``dynamic-update-slice`` consumers, and cost-model priorities. Instructions with control
+predecessors are left alone. A group of one instruction is left to
+``wrap_lone_instructions``, so single ops keep exactly the fusion they had before this pass.
+Fusions are named after their root (the instruction the user wrote) and call
+``fused_<root>``; their instructions keep their names.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+
+from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule
+from hlo_compile.hlo.opcodes import ELEMENTWISE
+
+from .wrap_fusions import _fresh, _fusion_attrs, _redirect_uses
+
+MAX_FUSED_INSTRUCTIONS = 64
+MAX_FUSION_OPERANDS = 32
+MAX_FUSED_CONSTANT = 64
+
+# XLA's ``HloInstruction::IsElementwise`` ops it counts as expensive (instruction_fusion.cc):
+# worth computing once, never duplicated nor recomputed per reuse
+EXPENSIVE = frozenset({
+    "acos", "acosh", "asin", "asinh", "atan2", "atanh", "cbrt", "cosh", "cosine", "divide", "erf",
+    "exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "power", "remainder",
+    "rsqrt", "sine", "sinh", "sqrt", "tan", "tanh",
+})
+_INDEX_OPS = frozenset({"broadcast", "reshape", "transpose", "slice", "pad", "concatenate", "reverse",
+                        "dynamic-slice", "iota"})
+_NOT_FUSED_ELEMENTWISE = frozenset({"rng", "complex", "real", "imag", "stochastic-convert"})
+CONSUMERS = (ELEMENTWISE - _NOT_FUSED_ELEMENTWISE) | _INDEX_OPS | {"reduce"}
+PRODUCERS = (ELEMENTWISE - _NOT_FUSED_ELEMENTWISE) | _INDEX_OPS | {"gather", "constant"}
+# consumers that read an operand element more than once per output element
+_REUSING = frozenset({"broadcast"})
+
+
+def fuse_instructions(module: HloModule) -> HloModule:
+    """Group ENTRY's lone instructions into fusions (in place; returns the module)."""
+    comp = module.entry
+    order = {id(inst): i for i, inst in enumerate(comp.post_order())}
+    moved: set[int] = set()        # instructions that left the computation for a group
+    # operands of the groups formed so far: they must stay in the computation even when all
+    # their users end up in a later group (a group reads them through a duplicated member)
+    read: set[int] = set()
+    groups: list[_Group] = []
+    for inst in sorted(comp.instructions, key=lambda i: -order[id(i)]):
+        if id(inst) in moved or not _can_root(inst):
+            continue
+        group = _Group(inst, order)
+        group.grow(moved, read)
+        if len(group.members) > 1:
+            groups.append(group)
+            read |= group._operands()
+    if not groups:
+        return module
+    taken = {c.name for c in module.computations}
+    replaced: dict[int, HloInstruction] = {}
+    for group in groups:
+        fusion = group.materialize(_fresh(f"fused_{group.root.name}", taken))
+        fusion.fused_computation.parent = module
+        module.computations.insert(module.computations.index(comp), fusion.fused_computation)
+        replaced[id(group.root)] = fusion
+    kept = []
+    for inst in comp.instructions:
+        if id(inst) in moved:
+            continue
+        fusion = replaced.get(id(inst))
+        if fusion is not None:
+            fusion.parent = comp
+            if comp.root is inst:
+                comp.root = fusion
+            inst = fusion
+        kept.append(inst)
+    comp.instructions = kept
+    _redirect_uses(comp, replaced)
+    # a producer duplicated into every group that reads it is dead now, and so is a group
+    # rooted at one (it was formed before its readers took copies)
+    dead = _remove_dead(comp, {id(d) for g in groups for d in g.duplicated.values()} |
+                        {id(f) for f in replaced.values()})
+    module.computations = [c for c in module.computations
+                           if not any(f.opcode == "fusion" and f.fused_computation is c for f in dead)]
+    return module
+
+
+def _no_control(inst: HloInstruction) -> bool:
+    return not inst.has_attr("control-predecessors")
+
+
+def _can_root(inst: HloInstruction) -> bool:
+    if inst.opcode not in CONSUMERS or not _no_control(inst):
+        return False
+    return inst.shape.is_array or inst.opcode == "reduce"  # a variadic reduce has a tuple shape
+
+
+def _is_producer(inst: HloInstruction) -> bool:
+    if inst.opcode not in PRODUCERS or not _no_control(inst) or not inst.shape.is_array:
+        return False
+    if inst.opcode == "constant":
+        return math.prod(inst.shape.dimensions) <= MAX_FUSED_CONSTANT
+    return True
+
+
+def _cheap(inst: HloInstruction) -> bool:
+    return inst.opcode not in EXPENSIVE and inst.opcode != "gather"
+
+
+class _Group:
+    """A consumer and the producers fused into it."""
+
+    def __init__(self, root: HloInstruction, order: dict[int, int]):
+        self.root = root
+        self.order = order
+        self.owned: dict[int, HloInstruction] = {id(root): root}      # moved in (and the root)
+        self.duplicated: dict[int, HloInstruction] = {}              # copied in, kept outside
+
+    @property
+    def members(self) -> list[HloInstruction]:
+        return list(self.owned.values()) + list(self.duplicated.values())
+
+    def _operands(self) -> set[int]:
+        ids = {id(m) for m in self.members}
+        return {id(op) for m in self.members for op in m.operands if id(op) not in ids}
+
+    def grow(self, moved: set[int], read: set[int]) -> None:
+        heap: list[tuple[int, int, HloInstruction]] = []
+        queued: set[int] = set()
+
+        def push_operands(inst: HloInstruction) -> None:
+            for op in inst.operands:
+                if id(op) not in queued:
+                    queued.add(id(op))
+                    heapq.heappush(heap, (-self.order[id(op)], id(op), op))
+        push_operands(self.root)
+        while heap:
+            _, _, p = heapq.heappop(heap)  # users before producers: highest post-order first
+            if id(p) in moved or not _is_producer(p):
+                continue
+            if len(self.owned) + len(self.duplicated) >= MAX_FUSED_INSTRUCTIONS:
+                return
+            readers = [u for u in p.users if id(u) in self.owned or id(u) in self.duplicated]
+            if not readers:
+                continue
+            if p.opcode in EXPENSIVE and any(u.opcode in _REUSING for u in readers):
+                continue
+            if all(id(u) in self.owned for u in p.users) and id(p) not in read:
+                self.owned[id(p)] = p
+                moved.add(id(p))
+            elif _cheap(p):
+                self.duplicated[id(p)] = p
+            else:
+                continue
+            if len(self._operands()) > MAX_FUSION_OPERANDS:
+                self.owned.pop(id(p), None)
+                self.duplicated.pop(id(p), None)
+                moved.discard(id(p))
+                continue
+            push_operands(p)
+
+    def materialize(self, comp_name: str) -> HloInstruction:
+        """The fused computation (clones of the members, parameters for outside operands) and
+        the fusion instruction that replaces the root."""
+        members = sorted(self.members, key=lambda m: self.order[id(m)])
+        member_ids = {id(m) for m in members}
+        operands: list[HloInstruction] = []
+        for m in members:
+            for op in m.operands:
+                if id(op) not in member_ids and all(op is not o for o in operands):
+                    operands.append(op)
+        used = {m.name for m in members}
+        clones: dict[int, HloInstruction] = {}
+        params = []
+        for i, op in enumerate(operands):
+            p = HloInstruction(_fresh(f"param_{i}", used), "parameter", op.shape, parameter_number=i,
+                               location=self.root.location)
+            clones[id(op)] = p
+            params.append(p)
+        body = []
+        for m in members:
+            c = HloInstruction(m.name, m.opcode, m.shape, [clones[id(o)] for o in m.operands], m.attributes,
+                               literal_text=m.literal_text, location=m.location)
+            c._literal = m._literal
+            c.declared_operand_shapes = list(m.declared_operand_shapes)
+            clones[id(m)] = c
+            body.append(c)
+        comp = HloComputation(comp_name, params + body, clones[id(self.root)])
+        kind = "kInput" if self.root.opcode == "reduce" else "kLoop"
+        fusion = HloInstruction(self.root.name, "fusion", self.root.shape, operands, _fusion_attrs(comp, kind),
+                                location=self.root.location)
+        fusion.declared_operand_shapes = [op.shape for op in operands]
+        return fusion
+
+
+def _remove_dead(comp: HloComputation, candidates: set[int]) -> list[HloInstruction]:
+    """Drop the candidates (instructions this pass duplicated or created) that nothing reads
+    any more, transitively; returns them."""
+    removed: list[HloInstruction] = []
+    changed = True
+    while changed:
+        changed = False
+        comp.rebuild_users()
+        keep = []
+        for inst in comp.instructions:
+            if id(inst) in candidates and not inst.users and inst is not comp.root:
+                removed.append(inst)
+                changed = True
+                continue
+            keep.append(inst)
+        comp.instructions = keep
+    comp.rebuild_users()
+    return removed
