@@ -386,8 +386,7 @@ class CudaDevice:
     def to_device(self, array: np.ndarray) -> DeviceBuffer:
         host = np.ascontiguousarray(array)
         buf = self.alloc(host.nbytes)
-        if host.nbytes:
-            _call("cuMemcpyHtoD", buf.ptr, host.ctypes.data, host.nbytes)
+        self.copy_into(buf, host)
         return buf
 
     def copy_to_host(self, buf: DeviceBuffer, out: np.ndarray) -> np.ndarray:

@@ -27,6 +27,8 @@ class CudaPlatform(Platform):
         self.module = None
         self.ptx = ""
         self.stream = None  # created for the first graph
+        self._queue = None  # where launches and copies go: None, the legacy stream (synchronous
+        # copies), or the stream a graph is being captured on
 
     def compile_all(self, plans: Sequence[Any]) -> dict[str, Any]:
         from ..targets.linking import link_kernel_modules
@@ -53,10 +55,11 @@ class CudaPlatform(Platform):
 
     def launch(self, kernel: Any, plan: Any, buffers: Sequence[Any]) -> None:
         l = plan.launch
-        self.device.launch(kernel, l.grid, l.block, list(buffers), shared_bytes=l.shared_bytes)
+        self.device.launch(kernel, l.grid, l.block, list(buffers), shared_bytes=l.shared_bytes,
+                           stream=self._queue or 0)
 
     def copy(self, dst: Any, src: Any, shape: Shape) -> None:
-        self.device.copy_device_to_device(dst, src, buffer_bytes(shape))
+        self.device.copy_device_to_device(dst, src, buffer_bytes(shape), stream=self._queue)
 
     def synchronize(self) -> None:
         self.device.synchronize()
@@ -71,14 +74,11 @@ class CudaPlatform(Platform):
             self.stream = self.device.create_stream()
 
         def enqueue(stream) -> None:
-            for op in ops:
-                if op.kind == "launch":
-                    l = op.plan.launch
-                    self.device.launch(op.kernel, l.grid, l.block, list(op.buffers),
-                                       shared_bytes=l.shared_bytes, stream=stream)
-                else:
-                    dst, src = op.buffers
-                    self.device.copy_device_to_device(dst, src, buffer_bytes(op.shape), stream=stream)
+            self._queue = stream
+            try:
+                self.replay(ops)
+            finally:
+                self._queue = None
         return self.device.capture_graph(self.stream, enqueue)
 
     def launch_graph(self, graph: Any) -> None:

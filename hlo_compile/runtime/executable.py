@@ -82,6 +82,14 @@ class Platform:
     def launch_graph(self, graph: Any) -> None:
         raise NotImplementedError(f"platform '{self.name}' has no graphs")
 
+    def replay(self, ops: Sequence[Any]) -> None:
+        """Issue recorded launches and copies (``runtime/graph.py``'s ``GraphOp``s) in order."""
+        for op in ops:
+            if op.kind == "launch":
+                self.launch(op.kernel, op.plan, op.buffers)
+            else:
+                self.copy(*op.buffers, op.shape)
+
     def destroy_graph(self, graph: Any) -> None:
         pass
 
@@ -126,11 +134,7 @@ class HostPlatform(Platform):
         return list(ops)
 
     def launch_graph(self, graph: Any) -> None:
-        for op in graph:
-            if op.kind == "launch":
-                self.launch(op.kernel, op.plan, op.buffers)
-            else:
-                self.copy(*op.buffers, op.shape)
+        self.replay(graph)
 
 
 @dataclass

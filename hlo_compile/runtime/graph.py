@@ -30,8 +30,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..hlo import HloInstruction
 from .control_flow import leaves
+from .literals import flatten
 from .physical import to_physical
 
 HOST_CONTROL_FLOW = ("while", "conditional")
@@ -129,7 +129,7 @@ class ModuleGraph:
             self._capture(args)
         else:
             for inst in exe.module.entry.parameters:
-                self._write(self._params[inst.parameter_number], args[inst.parameter_number], inst)
+                self._write(self._params[inst.parameter_number], args[inst.parameter_number])
         p.launch_graph(self.graph)
         p.synchronize()
         return exe._download_value(self._result)
@@ -168,19 +168,7 @@ class ModuleGraph:
         self._result, self._kept, self.ops = result, recorder.kept, recorder.ops
         self.graph = self.platform.build_graph(self.ops)
 
-    def _write(self, value: Any, arg: Any, inst: HloInstruction) -> None:
-        """The argument's bytes into the parameter's existing buffer(s)."""
-        if inst.shape.is_tuple:
-            flat = list(_flatten(arg))
-            for b, a in zip(leaves(value), flat):
-                self.platform.write(b.data, to_physical(np.asarray(a), b.shape))
-        else:
-            self.platform.write(value.data, to_physical(np.asarray(arg), inst.shape))
-
-
-def _flatten(value: Any):
-    if isinstance(value, (tuple, list)):
-        for v in value:
-            yield from _flatten(v)
-    else:
-        yield value
+    def _write(self, value: Any, arg: Any) -> None:
+        """The argument's bytes into the parameter's existing buffer(s), leaf by leaf."""
+        for b, a in zip(leaves(value), flatten(arg)):
+            self.platform.write(b.data, to_physical(a, b.shape))
