@@ -215,6 +215,17 @@ class HloModule:
         return self.to_text()
 
 
+def clone_instruction(inst: HloInstruction, operands: Sequence[HloInstruction]) -> HloInstruction:
+    """A copy of ``inst`` reading ``operands`` (attributes, literal and location shared; no
+    parent or users yet)."""
+    c = HloInstruction(inst.name, inst.opcode, inst.shape, operands, inst.attributes,
+                       literal_text=inst.literal_text, parameter_number=inst.parameter_number,
+                       location=inst.location)
+    c._literal = inst._literal
+    c.declared_operand_shapes = list(inst.declared_operand_shapes)
+    return c
+
+
 def clone_module(module: HloModule) -> HloModule:
     """A copy of ``module`` that rewrites may change freely (shapes, literals and attribute
     values other than computations are immutable and shared). Iterative, so very long
@@ -226,11 +237,7 @@ def clone_module(module: HloModule) -> HloModule:
     for comp in module.computations:
         insts = []
         for i in comp.instructions:
-            c = HloInstruction(i.name, i.opcode, i.shape, [inst_map[id(o)] for o in i.operands], i.attributes,
-                               literal_text=i.literal_text, parameter_number=i.parameter_number,
-                               location=i.location)
-            c._literal = i._literal
-            c.declared_operand_shapes = list(i.declared_operand_shapes)
+            c = clone_instruction(i, [inst_map[id(o)] for o in i.operands])
             inst_map[id(i)] = c
             insts.append(c)
             pending_attrs.append(c)

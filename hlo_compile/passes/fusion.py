@@ -33,10 +33,10 @@ from __future__ import annotations
 import heapq
 import math
 
-from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule
+from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule, clone_instruction
 from hlo_compile.hlo.opcodes import ELEMENTWISE
 
-from .wrap_fusions import _fresh, _fusion_attrs, _redirect_uses
+from .wrap_fusions import _fresh, _fusion_attrs, _redirect_uses, fusion_parameters
 
 MAX_FUSED_INSTRUCTIONS = 64
 MAX_FUSION_OPERANDS = 32
@@ -184,28 +184,12 @@ class _Group:
         """The fused computation (clones of the members, parameters for outside operands) and
         the fusion instruction that replaces the root."""
         members = sorted(self.members, key=lambda m: self.order[id(m)])
-        member_ids = {id(m) for m in members}
-        operands: list[HloInstruction] = []
-        for m in members:
-            for op in m.operands:
-                if id(op) not in member_ids and all(op is not o for o in operands):
-                    operands.append(op)
-        used = {m.name for m in members}
-        clones: dict[int, HloInstruction] = {}
-        params = []
-        for i, op in enumerate(operands):
-            p = HloInstruction(_fresh(f"param_{i}", used), "parameter", op.shape, parameter_number=i,
-                               location=self.root.location)
-            clones[id(op)] = p
-            params.append(p)
+        operands, params = fusion_parameters(members, self.root.location)
+        clones: dict[int, HloInstruction] = {id(op): p for op, p in zip(operands, params)}
         body = []
         for m in members:
-            c = HloInstruction(m.name, m.opcode, m.shape, [clones[id(o)] for o in m.operands], m.attributes,
-                               literal_text=m.literal_text, location=m.location)
-            c._literal = m._literal
-            c.declared_operand_shapes = list(m.declared_operand_shapes)
-            clones[id(m)] = c
-            body.append(c)
+            clones[id(m)] = clone_instruction(m, [clones[id(o)] for o in m.operands])
+            body.append(clones[id(m)])
         comp = HloComputation(comp_name, params + body, clones[id(self.root)])
         kind = "kInput" if self.root.opcode == "reduce" else "kLoop"
         fusion = HloInstruction(self.root.name, "fusion", self.root.shape, operands, _fusion_attrs(comp, kind),

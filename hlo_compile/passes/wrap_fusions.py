@@ -102,17 +102,24 @@ def _fusion_attrs(comp: HloComputation, kind: str) -> dict[str, Attribute]:
     return {"kind": Attribute("kind", kind, kind), "calls": Attribute("calls", f"%{comp.name}", comp)}
 
 
+def fusion_parameters(members: list[HloInstruction], location) -> tuple[list[HloInstruction], list[HloInstruction]]:
+    """(the distinct operands the ``members`` of a new fusion read from outside it, in first-use
+    order; a ``param_<i>`` parameter for each, named apart from the members)."""
+    inside = {id(m) for m in members}
+    operands: list[HloInstruction] = []
+    for m in members:
+        for op in m.operands:
+            if id(op) not in inside and all(op is not o for o in operands):
+                operands.append(op)
+    used = {m.name for m in members}
+    params = [HloInstruction(_fresh(f"param_{i}", used), "parameter", op.shape, parameter_number=i,
+                             location=location) for i, op in enumerate(operands)]
+    return operands, params
+
+
 def _wrap(inst: HloInstruction, comp_name: str) -> HloInstruction:
     """Move ``inst`` into a new computation and return the fusion instruction that calls it."""
-    operands: list[HloInstruction] = []
-    for op in inst.operands:
-        if all(op is not o for o in operands):
-            operands.append(op)
-    used = {inst.name}
-    params = []
-    for i, op in enumerate(operands):
-        params.append(HloInstruction(_fresh(f"param_{i}", used), "parameter", op.shape, parameter_number=i,
-                                     location=inst.location))
+    operands, params = fusion_parameters([inst], inst.location)
     by_id = {id(op): p for op, p in zip(operands, params)}
     attrs = dict(inst.attributes)
     control = attrs.pop("control-predecessors", None)
