@@ -118,13 +118,19 @@ def loop_launch_dims(num_elements: int, unroll: int, device: DeviceInfo) -> Laun
     n = -(-num_elements // unroll)
     threads = min(device.threads_per_warp * WARP_SCHEDULERS, n)
     total = -(-n // threads)
+    return LaunchDims(split_grid(total, device, f"{num_elements} elements need {total} blocks of {threads} threads"),
+                      (threads, 1, 1))
+
+
+def split_grid(blocks: int, device: DeviceInfo, need: str) -> tuple[int, int, int]:
+    """``blocks`` over grid x and, past x's limit, y (x as even as possible); ``need`` says
+    what asked for them when even that exceeds the grid."""
     limit_x, limit_y, _ = device.block_dim_limit
-    blocks_y = -(-total // limit_x)
-    blocks_x = -(-total // blocks_y)
+    blocks_y = -(-blocks // limit_x)
+    blocks_x = -(-blocks // blocks_y)
     if blocks_y > limit_y:
-        raise ValueError(f"{num_elements} elements need {total} blocks of {threads} threads: more than the "
-                         f"grid limit {limit_x} x {limit_y}")
-    return LaunchDims((blocks_x, blocks_y, 1), (threads, 1, 1))
+        raise ValueError(f"{need}: more than the grid limit {limit_x} x {limit_y}")
+    return (blocks_x, blocks_y, 1)
 
 
 def thread_to_output_map(shape: Shape, config: LoopConfig) -> IndexingMap:

@@ -175,8 +175,7 @@ def emit_sort_kernel(target: Target, spec: SortKernelSpec) -> ir.Module:
     fe.bind(kb, kf.args[:n_in])
     outputs = [(shape, ptr) for (_, shape), ptr in zip(output_leaves(spec.fusion), kf.args[n_in:])]
 
-    block = b.mul(kb.block_id(1), kb.index(spec.launch.grid[0]))
-    block = b.add(block, kb.block_id(0))
+    block = linear_block_id(kb, spec.launch)
     t = b.add(b.mul(block, kb.index(spec.launch.num_threads)), kb.thread_id(0), name="element")
     if spec.num_elements > 0:
         with kb.if_(b.icmp_signed("<", t, kb.index(spec.num_elements))):
@@ -194,6 +193,15 @@ def emit_sort_kernel(target: Target, spec: SortKernelSpec) -> ir.Module:
             _store_results(kb, fe, spec, outputs, index, rank, mine)
     target.end_kernel(b)
     return module
+
+
+def linear_block_id(kb: KernelBuilder, launch: LaunchDims) -> ir.Value:
+    """The block's number when blocks are split over grid x and y (``blockIdx.y · gridDim.x +
+    blockIdx.x``; just ``blockIdx.x`` when the grid has one row)."""
+    if launch.grid[1] == 1:
+        return kb.block_id(0)
+    b = kb.b
+    return b.add(b.mul(kb.block_id(1), kb.index(launch.grid[0])), kb.block_id(0), name="block")
 
 
 def _delinearize(kb: KernelBuilder, t: ir.Value, dims) -> list[ir.Value]:
@@ -216,12 +224,18 @@ def _goes_before(kb: KernelBuilder, spec: SortKernelSpec, other, mine, index_low
         if not spec.hero.attr("largest", True):
             greater = b.and_(b.not_(greater), b.not_(equal))
         return b.or_(greater, b.and_(equal, index_lower))
-    comparator = spec.hero.to_apply
-    lt_ji = _less(b, kb.target, comparator, other, mine)
-    lt_ij = _less(b, kb.target, comparator, mine, other)
-    strictly = b.and_(lt_ji, b.not_(lt_ij))
-    tie = b.icmp_unsigned("==", lt_ji, lt_ij)
-    return b.or_(strictly, b.and_(tie, index_lower))
+    return comparator_before(b, kb.target, spec.hero.to_apply, other, mine, index_lower)
+
+
+def comparator_before(b: ir.IRBuilder, target: Target, comparator, x, y, position_lower: ir.Value) -> ir.Value:
+    """Whether values ``x`` go before ``y`` in a stable sort: ``less(x, y)`` and not
+    ``less(y, x)``, or the comparator answers the same both ways (a tie, or ``LE``/``GE``
+    saying true both ways) and ``x``'s original position is lower."""
+    lt_xy = _less(b, target, comparator, x, y)
+    lt_yx = _less(b, target, comparator, y, x)
+    strictly = b.and_(lt_xy, b.not_(lt_yx))
+    tie = b.icmp_unsigned("==", lt_xy, lt_yx)
+    return b.or_(strictly, b.and_(tie, position_lower))
 
 
 def _less(b: ir.IRBuilder, target: Target, comparator, lhs, rhs) -> ir.Value:

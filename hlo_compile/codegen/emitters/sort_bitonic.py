@@ -61,11 +61,12 @@ from llvmlite import ir
 from ...hlo import HloInstruction
 from ..fused_emitter import FusedEmitter, from_storage, to_storage
 from ..kernel_builder import KernelBuilder
+from ..launch import split_grid
 from ..llvm_types import I32, UnsupportedElementType, storage_bytes, storage_type
 from ..partitioner import PartitionedComputation, partition
 from ..target import LaunchDims, Target
 from .loop import fusion_params, kernel_index_type, output_leaves
-from .sort import _delinearize, _less, _store
+from .sort import _as_int, _delinearize, _store, comparator_before, linear_block_id
 
 BITONIC_MIN_ROW = 2          # shorter rows (of one element) stay with the rank kernel
 MAX_THREADS = 1024           # CUDA's limit on threads per block
@@ -179,19 +180,11 @@ def plan_bitonic_sort(fusion: HloInstruction, hero: HloInstruction, leaves: tupl
         return (f"a row padded to {padded} needs {shared} B of shared memory, more than the {limit} B "
                 "of static shared memory per block")
     threads = min(padded // 2, MAX_THREADS, device.threads_per_block_limit)
-    launch = LaunchDims(_row_grid(rows, device), (threads, 1, 1))
+    launch = LaunchDims(split_grid(rows, device, f"{rows} rows need {rows} blocks"), (threads, 1, 1))
     return BitonicSortKernelSpec(kernel_name, fusion, partition(fusion.fused_computation), hero, leaves, dims,
                                  sort_dim, padded, launch, kernel_index_type(fusion, launch), shared)
 
 
-def _row_grid(rows: int, device) -> tuple[int, int, int]:
-    """One block per row, over grid x and, past its limit, y (as ``loop_launch_dims`` splits)."""
-    limit_x, limit_y, _ = device.block_dim_limit
-    y = -(-rows // limit_x)
-    x = -(-rows // y)
-    if y > limit_y:
-        raise ValueError(f"{rows} rows need more blocks than the grid limit {limit_x} x {limit_y}")
-    return (x, y, 1)
 
 
 # ---- emission ------------------------------------------------------------------------------------
@@ -231,7 +224,7 @@ def emit_bitonic_sort_kernel(target: Target, spec: BitonicSortKernelSpec) -> ir.
               for i, o in enumerate(spec.hero.operands)]
     positions = target.shared_array(b, "sort.position", I32, spec.padded)
 
-    row = _row_id(kb, spec)
+    row = linear_block_id(kb, spec.launch)  # one block per row
     with _row_guard(kb, spec, row):   # uniform per block: the barriers inside never diverge
         outer = [d for k, d in enumerate(spec.dims) if k != spec.sort_dim]
         index: list = _delinearize(kb, row, outer)
@@ -243,13 +236,6 @@ def emit_bitonic_sort_kernel(target: Target, spec: BitonicSortKernelSpec) -> ir.
         _store_row(r, outputs)
     target.end_kernel(b)
     return module
-
-
-def _row_id(kb: KernelBuilder, spec: BitonicSortKernelSpec) -> ir.Value:
-    b = kb.b
-    if spec.launch.grid[1] == 1:
-        return kb.block_id(0)
-    return b.add(b.mul(kb.block_id(1), kb.index(spec.launch.grid[0])), kb.block_id(0), name="row")
 
 
 @contextmanager
@@ -301,7 +287,7 @@ def _load_row(r: _Row) -> None:
                 with padding:
                     for et, arr in zip(ets, r.arrays):
                         b.store(ir.Constant(storage_type(et), None), _slot_pointer(kb, arr, et, s))
-        b.store(_as_i32(b, s), _slot_pointer(kb, r.positions, None, s))
+        b.store(_as_int(b, s, I32), _slot_pointer(kb, r.positions, None, s))
 
 
 def _sorting_network(r: _Row) -> None:
@@ -363,14 +349,10 @@ def _write_slot(r: _Row, s: ir.Value, slot: _Slot) -> None:
 def _goes_before(r: _Row, x: _Slot, y: _Slot) -> ir.Value:
     """The network's strict total order (module docstring): the comparator with the position
     as tie-break between valid elements, the position alone once padding is involved."""
-    b, comparator, target = r.kb.b, r.spec.hero.to_apply, r.kb.target
+    b = r.kb.b
     n = ir.Constant(I32, r.spec.row_length)
-    lt_xy = _less(b, target, comparator, x.values, y.values)
-    lt_yx = _less(b, target, comparator, y.values, x.values)
     position_first = b.icmp_unsigned("<", x.position, y.position)
-    strictly = b.and_(lt_xy, b.not_(lt_yx))
-    tie = b.icmp_unsigned("==", lt_xy, lt_yx)
-    by_comparator = b.or_(strictly, b.and_(tie, position_first))
+    by_comparator = comparator_before(b, r.kb.target, r.spec.hero.to_apply, x.values, y.values, position_first)
     both_valid = b.and_(b.icmp_unsigned("<", x.position, n), b.icmp_unsigned("<", y.position, n))
     return b.select(both_valid, by_comparator, position_first, name="before")
 
@@ -390,7 +372,3 @@ def _store_row(r: _Row, outputs: Sequence[tuple[object, ir.Value]]) -> None:
                 _store(kb, r.fe, shape, ptr, r.at(s), s, spec.sort_dim, from_storage(b, v, et))
 
 
-def _as_i32(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
-    if v.type.width == 32:
-        return v
-    return b.trunc(v, I32) if v.type.width > 32 else b.zext(v, I32)
