@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
 import pytest
 
 from hlo_compile import parse_module
@@ -198,8 +197,7 @@ def _random_graph(rng: random.Random) -> str:
         a, b = rng.choice(values), rng.choice(values)
         if kind < 0.35:
             op = rng.choice(_UNARY)
-            src = f"abs({a})" if op in ("sqrt", "log-plus-one") else None
-            if src:
+            if op in ("sqrt", "log-plus-one"):  # keep them real: read an abs
                 lines.append(f"  {name}a = f32[6,8] abs({a})")
                 a = f"{name}a"
             lines.append(f"  {name} = f32[6,8] {op}({a})")
@@ -242,4 +240,3 @@ def test_fusion_pass_leaves_its_input_alone():
     before = module.to_text()
     run_passes(module)
     assert module.to_text() == before
-    assert np.isfinite(1.0)

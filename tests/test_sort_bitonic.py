@@ -21,7 +21,7 @@ from hlo_compile.runtime import literals
 from hlo_compile.runtime.executable import compile_executable
 
 from codegen_helpers import emit_stage, filecheck, run_on_host
-from test_sort_emitter import (KEY_LT_S32, LT_F32_TOTAL, _floats_with_specials, _sort_module,
+from test_sort_emitter import (JAX_NAN_AWARE_LT, KEY_LT_S32, LT_F32_TOTAL, _floats_with_specials, _sort_module,
                                assert_host_matches_interpreter)
 
 
@@ -187,27 +187,12 @@ def test_bf16_keys_with_values_along_dim_0():
 
 
 def test_jax_nan_aware_comparator():
-    text = """
+    text = f"""
 HloModule m
-region {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  nan = f32[] constant(nan)
-  zero = f32[] constant(0)
-  na = pred[] compare(a, a), direction=NE
-  nb = pred[] compare(b, b), direction=NE
-  za = pred[] compare(a, zero), direction=EQ
-  zb = pred[] compare(b, zero), direction=EQ
-  a0 = f32[] select(za, zero, a)
-  b0 = f32[] select(zb, zero, b)
-  a1 = f32[] select(na, nan, a0)
-  b1 = f32[] select(nb, nan, b0)
-  ROOT lt = pred[] compare(a1, b1), direction=LT, type=TOTALORDER
-}
-ENTRY e {
+{JAX_NAN_AWARE_LT}ENTRY e {{
   p = f32[5,70] parameter(0)
-  ROOT s = f32[5,70] sort(p), dimensions={1}, is_stable=true, to_apply=region
-}
+  ROOT s = f32[5,70] sort(p), dimensions={{1}}, is_stable=true, to_apply=region
+}}
 """
     _check(text, [_floats_with_specials(np.random.default_rng(13), (5, 70))])
 

@@ -93,9 +93,8 @@ def test_f32_default_lt_comparator_stable_on_signed_zeros():
     assert_host_matches_interpreter(_sort_module("4,40", 1, comparator, ["f32"]), [x])
 
 
-def test_jax_nan_aware_comparator_with_inline_call():
-    text = """
-HloModule m
+# the comparator JAX emits for sorting floats: NaNs last, -0 == +0
+JAX_NAN_AWARE_LT = """
 region {
   a = f32[] parameter(0)
   b = f32[] parameter(1)
@@ -111,14 +110,20 @@ region {
   b1 = f32[] select(nb, nan, b0)
   ROOT lt = pred[] compare(a1, b1), direction=LT, type=TOTALORDER
 }
-sorter {
+"""
+
+
+def test_jax_nan_aware_comparator_with_inline_call():
+    text = f"""
+HloModule m
+{JAX_NAN_AWARE_LT}sorter {{
   x = f32[5,70] parameter(0)
-  ROOT s = f32[5,70] sort(x), dimensions={1}, is_stable=true, to_apply=region
-}
-ENTRY e {
+  ROOT s = f32[5,70] sort(x), dimensions={{1}}, is_stable=true, to_apply=region
+}}
+ENTRY e {{
   p = f32[5,70] parameter(0)
   ROOT c = f32[5,70] call(p), to_apply=sorter
-}
+}}
 """
     x = _floats_with_specials(np.random.default_rng(3), (5, 70))
     assert_host_matches_interpreter(text, [x])
