@@ -68,6 +68,21 @@ def host_target_machine(cpu: str | None = None, opt: int = 3) -> llvm.TargetMach
     return target.create_target_machine(cpu=cpu, opt=opt, codemodel="jitdefault")
 
 
+def host_tuning_options() -> llvm.PipelineTuningOptions:
+    """O3 without the loop vectorizer and interleaver.
+
+    LLVM 22's loop vectorizer miscompiles the serial driver's thread loop when the kernel
+    indexes an operand with ``tid urem C``: with interleaving it treats the index as
+    consecutive across unrolled parts and reads past the operand (a broadcast into the minor
+    dimension of ``f32[2,2,16,8]`` read garbage; tests/test_host_miscompiles.py). The thread
+    loop is ours, not the kernel's, so nothing the GPU runs is lost; SLP vectorisation stays.
+    """
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = False
+    pto.loop_interleaving = False
+    return pto
+
+
 @dataclass
 class JitCode:
     """A compiled kernel + driver; keeps the engine (and so the code) alive."""
@@ -102,7 +117,7 @@ def jit_compile(kernel_ir: str, info: HostKernelInfo, cpu: str | None = None) ->
             mod.verify()
         except RuntimeError as e:
             raise CodegenError(f"host module for {info.name!r} does not verify: {e}") from None
-        pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
+        pb = llvm.create_pass_builder(tm, host_tuning_options())
         pb.getModulePassManager().run(mod, pb)
         del pb
         obj = tm.emit_object(mod)

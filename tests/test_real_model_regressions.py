@@ -1,0 +1,73 @@
+"""Regressions for the wrong results found on real JAX/Flax models (issue 13), each at several
+shapes, on the host target (the GPU's own kernels) against the interpreter, with and without
+the fusion pass."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hlo_compile import parse_module
+from hlo_compile.interpreter import evaluate_module
+from hlo_compile.options import CompileOptions
+from hlo_compile.runtime import compare, literals
+from hlo_compile.runtime.executable import compile_executable
+
+FUSION = [pytest.param(True, id="fused"), pytest.param(False, id="no-fusion")]
+
+
+def host_matches_interpreter(text: str, fusion: bool = True, seed: int = 0, args=None) -> None:
+    module = parse_module(text)
+    args = literals.random_inputs(module, seed) if args is None else args
+    got = literals.flatten(compile_executable(module, "host", CompileOptions(fusion=fusion)).run(args))
+    expected = literals.flatten(evaluate_module(module, args))
+    cmp = compare.compare_results(expected, got, tolerances=[(0.0, 0.0)] * len(expected))
+    assert cmp.ok, cmp.report()
+
+
+def dims(shape: tuple[int, ...]) -> str:
+    return ",".join(map(str, shape))
+
+
+# ---- 1. broadcast into the minor dimension (LLVM's loop vectorizer on the host thread loop) ----
+@pytest.mark.parametrize("fusion", FUSION)
+@pytest.mark.parametrize("shape", [(2, 2, 16, 8), (4, 16, 16, 8), (2, 2, 8, 8), (2, 2, 16, 4), (4, 16, 8),
+                                   (1024, 8), (3, 5, 7, 8), (2, 3, 32, 16), (2, 64, 2), (8, 16, 4, 4, 8)])
+def test_broadcast_into_minor_dimension(shape, fusion):
+    minor = shape[-1]
+    host_matches_interpreter(f"""HloModule b
+ENTRY e {{
+  y = f32[{minor}] parameter(0)
+  ROOT b = f32[{dims(shape)}] broadcast(y), dimensions={{{len(shape) - 1}}}
+}}""", fusion)
+
+
+@pytest.mark.parametrize("fusion", FUSION)
+@pytest.mark.parametrize("shape", [(4, 16, 16, 8), (2, 8, 8, 16), (3, 7, 5, 8)])
+def test_batchnorm_style_subtract(shape, fusion):
+    host_matches_interpreter(f"""HloModule bn
+ENTRY e {{
+  x = f32[{dims(shape)}] parameter(0)
+  y = f32[{shape[-1]}] parameter(1)
+  b = f32[{dims(shape)}] broadcast(y), dimensions={{{len(shape) - 1}}}
+  ROOT s = f32[{dims(shape)}] subtract(x, b)
+}}""", fusion)
+
+
+def test_host_pipeline_has_no_loop_vectorizer():
+    from hlo_compile.targets.host_jit import host_tuning_options
+    pto = host_tuning_options()
+    assert not pto.loop_vectorization and not pto.loop_interleaving
+    assert pto.speed_level == 3
+
+
+# ---- 3. strided slice of a broadcast --------------------------------------------------------
+@pytest.mark.parametrize("fusion", FUSION)
+@pytest.mark.parametrize("n,stride,minor", [(32, 2, 4), (33, 3, 8), (64, 4, 16), (17, 5, 1)])
+def test_strided_slice_of_broadcast(n, stride, minor, fusion):
+    out = len(range(1, n, stride))
+    host_matches_interpreter(f"""HloModule s
+ENTRY e {{
+  a = f32[{minor}] parameter(0)
+  b = f32[{n},2,{minor}] broadcast(a), dimensions={{2}}
+  ROOT s = f32[{out},2,{minor}] slice(b), slice={{[1:{n}:{stride}],[0:2:1],[0:{minor}:1]}}
+}}""", fusion)
