@@ -71,3 +71,34 @@ ENTRY e {{
   b = f32[{n},2,{minor}] broadcast(a), dimensions={{2}}
   ROOT s = f32[{out},2,{minor}] slice(b), slice={{[1:{n}:{stride}],[0:2:1],[0:{minor}:1]}}
 }}""", fusion)
+
+
+# ---- 6. bitcast-convert that changes the element width ---------------------------------------
+@pytest.mark.parametrize("fusion", FUSION)
+@pytest.mark.parametrize("src,dst", [
+    ("u32[2,2]", "u64[2]"), ("u32[7,3,2]", "u64[7,3]"), ("s8[5,4]", "f32[5]"), ("u16[3,5,4]", "s64[3,5]"),
+    ("bf16[4,2]", "f32[4]"), ("f16[9,2]", "s32[9]"), ("u8[2,8]", "f64[2]"),
+    ("u64[2]", "u32[2,2]"), ("f64[3,7]", "s8[3,7,8]"), ("f32[3]", "bf16[3,2]"), ("s32[11]", "u16[11,2]"),
+    ("u64[]", "u32[2]"), ("u32[2]", "u64[]"),
+])
+def test_bitcast_convert_changing_width(src, dst, fusion):
+    host_matches_interpreter(f"""HloModule bc
+ENTRY e {{
+  a = {src} parameter(0)
+  ROOT s = {dst} bitcast-convert(a)
+}}""", fusion)
+
+
+@pytest.mark.parametrize("fusion", FUSION)
+def test_bitcast_convert_widening_inside_a_fusion(fusion):
+    # JAX's random bits: two u32 words combined into u64, then shifted and converted
+    host_matches_interpreter("""HloModule bcf
+ENTRY e {
+  a = u32[6,4,2]{2,0,1} parameter(0)
+  n = u32[6,4,2] negate(a)
+  w = u64[6,4] bitcast-convert(n)
+  c = u64[] constant(11)
+  cb = u64[6,4] broadcast(c), dimensions={}
+  sh = u64[6,4] shift-right-logical(w, cb)
+  ROOT f = f64[6,4]{0,1} convert(sh)
+}""", fusion)

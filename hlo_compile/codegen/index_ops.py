@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 from llvmlite import ir
 
 from ..hlo import HloInstruction
+from ..hlo.element_types import bit_width
 from ..indexing.indexing_map import IndexingMap
 from ..indexing.op_maps import output_to_input
 from .affine_emitter import AffineEmitter
@@ -76,6 +77,43 @@ def _reinterpret(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
     if str(st_src) != str(st_dst):
         raw = b.bitcast(raw, st_dst)
     return from_storage(b, raw, dst)
+
+
+@index_op("bitcast-convert")
+def _bitcast_convert(fe, inst, index):
+    """Equal widths: the elemental reinterpretation. A width change adds (narrower result) or
+    removes (wider result) a minor dimension; piece ``k`` of a wide value is bits
+    ``[k*w, (k+1)*w)``, little-endian, as XLA reinterprets memory."""
+    from .elemental_ops import emit_scalar_op
+    from .fused_emitter import unsupported
+    op = inst.operands[0]
+    src, dst = op.shape.element_type, inst.shape.element_type
+    src_bits, dst_bits = bit_width(src), bit_width(dst)
+    if src_bits == dst_bits:
+        return emit_scalar_op(fe.kb.b, fe.target, inst, [fe.operand_value(inst, 0, index)])
+    if min(src_bits, dst_bits) < 8 or "pred" in (src, dst):
+        raise unsupported(inst, "bitcast-convert changing the width of pred or sub-byte types")
+    b = fe.kb.b
+    if src_bits > dst_bits:  # the result's minor dimension picks a piece of the operand element
+        wide = _as_bits(b, fe.value(op, list(index[:-1])), src)
+        k = b.zext(index[-1], wide.type) if index[-1].type.width < src_bits else b.trunc(index[-1], wide.type)
+        piece = b.trunc(b.lshr(wide, b.mul(k, ir.Constant(wide.type, dst_bits))), ir.IntType(dst_bits))
+        return _from_bits(b, piece, dst)
+    acc = ir.Constant(ir.IntType(dst_bits), 0)
+    for k in range(dst_bits // src_bits):
+        piece = _as_bits(b, fe.value(op, list(index) + [fe.kb.index(k)]), src)
+        acc = b.or_(acc, b.shl(b.zext(piece, acc.type), ir.Constant(acc.type, k * src_bits)))
+    return _from_bits(b, acc, dst)
+
+
+def _as_bits(b: ir.IRBuilder, v: ir.Value, et: str) -> ir.Value:
+    """A value of element type ``et`` as an integer of its bit width."""
+    return b.bitcast(v, ir.IntType(bit_width(et))) if not isinstance(v.type, ir.IntType) else v
+
+
+def _from_bits(b: ir.IRBuilder, bits: ir.Value, et: str) -> ir.Value:
+    ct = compute_type(et)
+    return bits if isinstance(ct, ir.IntType) else b.bitcast(bits, ct)
 
 
 @index_op("broadcast")
