@@ -102,3 +102,46 @@ ENTRY e {
   sh = u64[6,4] shift-right-logical(w, cb)
   ROOT f = f64[6,4]{0,1} convert(sh)
 }""", fusion)
+
+
+# ---- 4. XLA:CPU's TopK custom call -----------------------------------------------------------
+TOPK_COMPARATOR = """cmp {
+  p0 = f32[] parameter(0)
+  p1 = f32[] parameter(1)
+  p2 = s32[] parameter(2)
+  p3 = s32[] parameter(3)
+  ROOT c = pred[] compare(p0, p1), direction=%s, type=TOTALORDER
+}
+"""
+
+
+def topk_module(shape: tuple[int, ...], k: int, direction: str = "GT") -> str:
+    out = dims(shape[:-1] + (k,))
+    return f"""HloModule t
+{TOPK_COMPARATOR % direction}
+ENTRY e {{
+  x = f32[{dims(shape)}] parameter(0)
+  t = (f32[{out}], s32[{out}]) custom-call(x), custom_call_target="TopK", called_computations={{cmp}}
+  v = f32[{out}] get-tuple-element(t), index=0
+  i = s32[{out}] get-tuple-element(t), index=1
+  ROOT r = (f32[{out}], s32[{out}]) tuple(v, i)
+}}"""
+
+
+@pytest.mark.parametrize("fusion", FUSION)
+@pytest.mark.parametrize("shape,k", [((128,), 10), ((5, 128), 10), ((3, 4, 33), 1), ((2, 7), 7), ((1, 1000), 64)])
+def test_topk_custom_call(shape, k, fusion):
+    host_matches_interpreter(topk_module(shape, k), fusion)
+
+
+@pytest.mark.parametrize("direction", ["GT", "LT"])
+def test_topk_custom_call_matches_xla_on_ties_and_nan(direction):
+    # XLA:CPU's outputs for this input (jax 0.10.2): the largest first, NaN above +inf, ties by
+    # lower index; its runtime ignores the comparator, so LT gives the same.
+    x = np.array([[1, 2, 2, np.nan, -np.inf, 2, 0, 1], [0, -1, -1, 5, 5, -0.0, np.inf, 5]], np.float32)
+    text = topk_module((2, 8), 3, direction)
+    module = parse_module(text)
+    for got in (literals.flatten(compile_executable(module, "host").run([x])),
+                literals.flatten(evaluate_module(module, [x]))):
+        np.testing.assert_array_equal(got[0], np.array([[np.nan, 2, 2], [np.inf, 5, 5]], np.float32))
+        np.testing.assert_array_equal(got[1], np.array([[3, 1, 2], [6, 3, 4]], np.int32))

@@ -18,10 +18,20 @@ def run_passes(module: HloModule, before_fusion: Sequence[Callable[[HloModule], 
     call inlining and before fusion."""
     from .inline_calls import inline_calls
     from .prepare_control_flow import prepare_control_flow
-    out = inline_calls(clone_module(module))
+    out = clone_module(module)
+    for rewrite in module_rewrites():
+        out = rewrite(out)
+    out = inline_calls(out)
     for rewrite in before_fusion:
         out = rewrite(out)
     return prepare_control_flow(fuse_and_wrap(out, fusion), fusion)
+
+
+def module_rewrites() -> list[Callable[[HloModule], HloModule]]:
+    """Rewrites of every computation of the module, run first, in order, on the copy: ops that
+    XLA itself expands or renames before code generation."""
+    from .topk_custom_call import rewrite_topk_custom_calls
+    return [rewrite_topk_custom_calls]
 
 
 def fuse_and_wrap(module: HloModule, fusion: bool = True) -> HloModule:
