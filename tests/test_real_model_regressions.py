@@ -145,3 +145,114 @@ def test_topk_custom_call_matches_xla_on_ties_and_nan(direction):
                 literals.flatten(evaluate_module(module, [x]))):
         np.testing.assert_array_equal(got[0], np.array([[np.nan, 2, 2], [np.inf, 5, 5]], np.float32))
         np.testing.assert_array_equal(got[1], np.array([[3, 1, 2], [6, 3, 4]], np.int32))
+
+
+# ---- 2. layouts across computation boundaries -------------------------------------------------
+WHILE_LAYOUTS = """HloModule w
+
+body {{
+  p = (s32[], f32[{n},2,3]{{{body}}}, f32[2,3]{{1,0}}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[{n},2,3]{{{body}}} get-tuple-element(p), index=1
+  acc = f32[2,3]{{1,0}} get-tuple-element(p), index=2
+  z = s32[] constant(0)
+  ds = f32[1,2,3]{{2,1,0}} dynamic-slice(x, i, z, z), dynamic_slice_sizes={{1,2,3}}
+  r = f32[2,3]{{1,0}} reshape(ds)
+  a = f32[2,3]{{1,0}} add(acc, r)
+  one = s32[] constant(1)
+  n = s32[] add(i, one)
+  ROOT t = (s32[], f32[{n},2,3]{{{root}}}, f32[2,3]{{0,1}}) tuple(n, x, a)
+}}
+
+cond {{
+  p = (s32[], f32[{n},2,3]{{{cond}}}, f32[2,3]{{0,1}}) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[{n},2,3]{{{cond}}} get-tuple-element(p), index=1
+  b = f32[{n6}]{{0}} bitcast(x)
+  k = s32[] constant({n})
+  ROOT lt = pred[] compare(i, k), direction=LT
+}}
+
+ENTRY e {{
+  a = f32[{n},3,2]{{2,1,0}} parameter(0)
+  t = f32[{n},2,3]{{{entry}}} transpose(a), dimensions={{0,2,1}}
+  z = s32[] constant(0)
+  zf = f32[] constant(0)
+  acc = f32[2,3]{{0,1}} broadcast(zf), dimensions={{}}
+  init = (s32[], f32[{n},2,3]{{{entry}}}, f32[2,3]{{0,1}}) tuple(z, t, acc)
+  w = (s32[], f32[{n},2,3]{{1,0,2}}, f32[2,3]{{1,0}}) while(init), condition=cond, body=body
+  x = f32[{n},2,3]{{2,1,0}} get-tuple-element(w), index=1
+  s = f32[{n},2,3]{{2,1,0}} negate(x)
+  o = f32[2,3]{{1,0}} get-tuple-element(w), index=2
+  ROOT out = (f32[{n},2,3]{{2,1,0}}, f32[2,3]{{1,0}}) tuple(s, o)
+}}
+"""
+
+
+@pytest.mark.parametrize("fusion", FUSION)
+@pytest.mark.parametrize("n,entry,body,root,cond", [
+    (4, "2,0,1", "2,1,0", "2,1,0", "2,1,0"),   # JAX's LSTM: a transpose's layout into the loop
+    (5, "0,1,2", "2,1,0", "0,2,1", "2,1,0"),   # body root laid out differently from its parameter
+    (3, "2,1,0", "1,2,0", "2,1,0", "0,1,2"),   # condition parameter differs from the body's
+    (7, "1,0,2", "0,2,1", "1,0,2", "2,0,1"),
+])
+def test_layouts_across_a_while_loop(n, entry, body, root, cond, fusion):
+    host_matches_interpreter(WHILE_LAYOUTS.format(n=n, n6=6 * n, entry=entry, body=body, root=root, cond=cond), fusion)
+
+
+@pytest.mark.parametrize("fusion", FUSION)
+@pytest.mark.parametrize("branch_layout,result_layout", [("1,0", "0,1"), ("0,1", "1,0"), ("0,1", "0,1")])
+def test_layouts_across_conditional_branches(branch_layout, result_layout, fusion):
+    host_matches_interpreter(f"""HloModule c
+b0 {{
+  p = f32[6,5]{{{branch_layout}}} parameter(0)
+  ROOT n = f32[6,5]{{1,0}} negate(p)
+}}
+b1 {{
+  p = (f32[6,5]{{0,1}}, f32[30]{{0}}) parameter(0)
+  x = f32[6,5]{{0,1}} get-tuple-element(p), index=0
+  ROOT bc = f32[6,5]{{0,1}} bitcast(x)
+}}
+ENTRY e {{
+  i = s32[] parameter(0)
+  a = f32[5,6]{{1,0}} parameter(1)
+  t = f32[6,5]{{1,0}} transpose(a), dimensions={{1,0}}
+  f = f32[30]{{0}} reshape(a)
+  tup = (f32[6,5]{{1,0}}, f32[30]{{0}}) tuple(t, f)
+  ROOT c = f32[6,5]{{{result_layout}}} conditional(i, t, tup), branch_computations={{b0, b1}}
+}}""", fusion, args=None)
+
+
+@pytest.mark.parametrize("fusion", FUSION)
+def test_layouts_into_a_fusion_and_a_call(fusion):
+    host_matches_interpreter("""HloModule f
+fused {
+  p0 = f32[8,3]{0,1} parameter(0)
+  p1 = f32[8,3]{1,0} parameter(1)
+  ROOT m = f32[8,3]{1,0} multiply(p0, p1)
+}
+callee {
+  q = f32[3,8]{0,1} parameter(0)
+  b = f32[24]{0} bitcast(q)
+  ROOT r = f32[24]{0} negate(b)
+}
+ENTRY e {
+  x = f32[8,3]{1,0} parameter(0)
+  y = f32[3,8]{1,0} parameter(1)
+  yt = f32[8,3]{0,1} transpose(y), dimensions={1,0}
+  f = f32[8,3]{0,1} fusion(x, yt), kind=kLoop, calls=fused
+  c = f32[24]{0} call(y), to_apply=callee
+  ROOT t = (f32[8,3]{0,1}, f32[24]{0}) tuple(f, c)
+}""", fusion)
+
+
+@pytest.mark.parametrize("fusion", FUSION)
+def test_tuple_element_layout_differs_from_its_producer(fusion):
+    host_matches_interpreter("""HloModule g
+ENTRY e {
+  x = f32[4,6]{1,0} parameter(0)
+  t = (f32[4,6]{0,1}, f32[4,6]{1,0}) tuple(x, x)
+  a = f32[4,6]{0,1} get-tuple-element(t), index=0
+  b = f32[24]{0} bitcast(a)
+  ROOT r = f32[24]{0} negate(b)
+}""", fusion)

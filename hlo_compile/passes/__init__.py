@@ -30,8 +30,10 @@ def run_passes(module: HloModule, before_fusion: Sequence[Callable[[HloModule], 
 def module_rewrites() -> list[Callable[[HloModule], HloModule]]:
     """Rewrites of every computation of the module, run first, in order, on the copy: ops that
     XLA itself expands or renames before code generation."""
+    from .expand_rng_bit_generator import expand_rng_bit_generators
+    from .layout_boundaries import align_layouts
     from .topk_custom_call import rewrite_topk_custom_calls
-    return [rewrite_topk_custom_calls]
+    return [align_layouts, rewrite_topk_custom_calls, expand_rng_bit_generators]
 
 
 def fuse_and_wrap(module: HloModule, fusion: bool = True) -> HloModule:
