@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hlo.errors import HloUnsupportedError
+from . import rng_bits
 from .numerics import dtype_of
 from .registry import TOKEN, op
 from .sort_ops import top_k
@@ -181,12 +182,8 @@ def _rng(ev, inst, ops):
 
 @op("rng-bit-generator")
 def _rng_bit_generator(ev, inst, ops):
-    g = _need_seed(ev, inst)
-    state_shape, out_shape = inst.shape.tuple_shapes
-    dt = dtype_of(out_shape.element_type)
-    nbytes = int(np.prod(out_shape.dimensions, dtype=np.int64)) * dt.itemsize
-    raw = g.integers(0, 256, size=nbytes, dtype=np.uint8)
-    return np.asarray(ops[0]), raw.view(dt).reshape(out_shape.dimensions)
+    # deterministic in its state: Philox/Threefry exactly as XLA (rng_bits.py), no seed needed
+    return rng_bits.evaluate(inst, ops[0])
 
 
 @op("rng-get-and-update-state")
