@@ -27,6 +27,7 @@ from ..indexing.layout_maps import linear_index_map
 from .affine_emitter import AffineEmitter
 from .elemental_ops import emit_constant_scalar, emit_scalar_op
 from .kernel_builder import KernelBuilder
+from .value_numbering import index_key
 from .llvm_types import PTR, compute_type, storage_type
 from .partitioner import PartitionedComputation, Subgraph
 from .target import Target
@@ -118,7 +119,7 @@ class FusedEmitter:
 
     @staticmethod
     def _key(inst: HloInstruction, index: Sequence[ir.Value]) -> tuple:
-        return (id(inst), tuple(("c", v.constant) if isinstance(v, ir.Constant) else id(v) for v in index))
+        return (id(inst), index_key(index))
 
     # ---- values ---------------------------------------------------------------------------------
     def value(self, inst: HloInstruction, index: Sequence[ir.Value]):
