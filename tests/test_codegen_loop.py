@@ -262,8 +262,9 @@ def test_dump_directory(tmp_path):
     out = tmp_path / "dump"
     run_pipeline(module, CompileOptions(), dump_to=out)
     names = sorted(p.name for p in out.iterdir())
-    for stage in ("hlo.txt", "fusions.txt", "indexing.txt", "llvm.ll", "llvm-opt.ll", "ptx.ptx"):
-        assert f"module.{stage}" in names
+    for suffix in ("before_optimizations.txt", "sm_8.0_gpu_after_optimizations.txt", "fusions.txt", "indexing.txt",
+                   "ir-no-opt.ll", "ir-with-opt.ll", "ptx"):  # XLA's dump names
+        assert f"module_0000.gelu.{suffix}" in names
     summary = json.loads((out / "summary.json").read_text())
     k = summary["kernels"][0]
     assert k["emitter"] == "loop" and k["block"] == [128, 1, 1] and k["grid"] == [2048, 1, 1]

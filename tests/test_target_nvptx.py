@@ -445,6 +445,7 @@ def no_toolkit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     for var in toolkit.ENV_VARS:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(toolkit, "nvidia_package_dirs", lambda: [])
+    monkeypatch.setattr(toolkit, "pathfinder_lookup", lambda kind: (None, "cuda-pathfinder left out by this test"))
     monkeypatch.setattr(toolkit, "SYSTEM_ROOTS", ())
     empty = tmp_path / "empty-bin"
     empty.mkdir()

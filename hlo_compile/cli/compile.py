@@ -1,25 +1,89 @@
-"""`hlo-compile`: parse, analyse and emit an HLO module, printing one stage or dumping all."""
+"""`hlo-compile`: parse, analyse and emit an HLO module, printing one stage or dumping all.
+
+hlo-opt's spellings work too: ``--stage=``/``--list-stages`` (``--emit``), ``--passes=a,b`` and
+``--list-passes``, ``-o=FILE``, ``--platform=gpu``, ``--xla_dump_to=DIR`` (and in ``XLA_FLAGS``).
+Every flag is checked before any work; errors read ``file:line:col: error: ...`` or
+``hlo-compile: error: ...`` and exit with status 2.
+"""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import click
 
-from ..hlo import HloError, parse_modules
-from ..pipeline import STAGE_NAMES, CompileOptions, run_pipeline
+from ..hlo import HloError, parse_module, parse_modules
+from ..pipeline import STAGE_ALIASES, STAGES, UNAVAILABLE_STAGES, CompileOptions, run_pipeline, stage
+from . import common
+from .common import EXIT_ERROR, STDIN, UserError
+
+PROG = "hlo-compile"
+
+# hlo-opt's flags: value flags, boolean flags, flags accepted without effect, flags refused
+_VALUES = {"stage": "--stage", "format": "--input-format", "input_format": "--input-format",
+           "passes": "--passes", "platform": "--platform"}
+_BOOLEANS = {"list_stages": ("--list-stages", "--list-stages"), "list_passes": ("--list-passes", "--list-passes"),
+             "split_input_file": ("--split-input-file", "--split-input-file")}
+_IGNORED = {"debug_options_file": "XLA's debug options have no equivalent here"}
+_REFUSED = {"emit_proto": "hlo-compile writes text (and the binary cubin), never HloProto"}
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+def _translate(argv: list[str]) -> list[str]:
+    return common.translate_xla_flags(argv, main, values=_VALUES, booleans=_BOOLEANS, ignored=_IGNORED,
+                                      refused=_REFUSED, prog=PROG)
+
+
+def _stage_names() -> list[str]:
+    return [s.name for s in STAGES] + sorted(STAGE_ALIASES)
+
+
+def _list_stages(ctx: click.Context, _param, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    width = max(len(s.name) for s in STAGES)
+    for s in STAGES:
+        aliases = f" (hlo-opt: {', '.join(s.xla_names)})" if s.xla_names else ""
+        dump = s.dump_suffix.replace("{arch}", "sm_X.Y")
+        click.echo(f"{s.name:<{width}}  {s.description}{aliases}; dump: module_NNNN.<module>.{dump}")
+    click.echo(f"hlo-opt's 'llvm' is its IR after optimizations: here llvm-opt (or llvm-after-optimizations); "
+               f"not produced here: {', '.join(sorted(UNAVAILABLE_STAGES))}")
+    ctx.exit(0)
+
+
+def _list_passes(ctx: click.Context, _param, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from .pass_list import list_text
+    click.echo(list_text(), nl=False)
+    ctx.exit(0)
+
+
+@click.command(name=PROG, cls=common.Command, translate=_translate,
+               context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+               epilog=common.environment_help())
+@click.argument("file", metavar="FILE|-")
 @click.option("--dump-to", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write every stage of the pipeline into this directory.")
-@click.option("--emit", type=click.Choice(STAGE_NAMES), default=None,
-              help="Print this stage (default: the module after passes, in XLA's long form).")
+              help="Write every stage into this directory with XLA's file names "
+                   "(module_0000.<module>.ptx ...); XLA_FLAGS=--xla_dump_to=DIR does the same.")
+@click.option("--emit", "--stage", "emit", default=None, metavar="STAGE",
+              help="Print this stage (default: hlo, the module after passes in XLA's long form). "
+                   "Stages: " + ", ".join(s.name for s in STAGES) + "; hlo-opt's names are accepted "
+                   "(--list-stages).")
+@click.option("--list-stages", is_flag=True, expose_value=False, is_eager=True, callback=_list_stages,
+              help="List the stages (and hlo-opt's names for them) and exit.")
+@click.option("--passes", default=None, metavar="A,B,...",
+              help="Run only these passes, in this order, and print the module (see --list-passes).")
+@click.option("--list-passes", is_flag=True, expose_value=False, is_eager=True, callback=_list_passes,
+              help="List the passes and exit.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the emitted stage to this file instead of stdout.")
 @click.option("--arch", default="sm_80", show_default=True, envvar="HLO_COMPILE_ARCH",
-              help="Target GPU architecture (sm_80, sm_90).")
+              help="Target GPU architecture (sm_80, sm_86, sm_89, sm_90, sm_90a, sm_100, sm_100a).")
+@click.option("--platform", default="gpu", show_default=True, metavar="gpu|cuda",
+              help="hlo-opt's platform: hlo-compile generates code for NVIDIA GPUs only.")
+@click.option("--input-format", default="hlo", show_default=True, metavar="hlo",
+              help="Format of FILE: HLO text (the only one read here).")
 @click.option("--tensor-cores/--no-tensor-cores", "tensor_cores", default=False, show_default=True,
               envvar="HLO_COMPILE_TENSOR_CORES",
               help="f16/bf16 dots through mma.sync tensor cores on sm_80+ (experimental).")
@@ -29,58 +93,129 @@ from ..pipeline import STAGE_NAMES, CompileOptions, run_pipeline
 @click.option("--short", "short_form", is_flag=True, help="Print HLO in the short form (no operand shapes).")
 @click.option("--as-fusion", is_flag=True,
               help="The file is a bare fused computation (XLA's emitter test files): compile it as one fusion.")
-def main(file: Path, dump_to: Path | None, emit: str | None, output: Path | None, arch: str,
-         tensor_cores: bool, fusion: bool, split_input_file: bool, short_form: bool, as_fusion: bool) -> None:
-    """Compile an XLA HLO text module."""
+@common.version_option(PROG)
+def main(file: str, dump_to: Path | None, emit: str | None, passes: str | None, output: Path | None, arch: str,
+         platform: str, input_format: str, tensor_cores: bool, fusion: bool, split_input_file: bool,
+         short_form: bool, as_fusion: bool) -> None:
+    """Compile the XLA HLO text module in FILE (- reads standard input) for an NVIDIA GPU."""
     try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        click.echo(f"error: cannot read {file}: {e}", err=True)
-        sys.exit(2)
-    options = CompileOptions(arch=arch, dot_tensor_cores=tensor_cores, fusion=fusion)
-    try:
-        if split_input_file:
-            modules = parse_modules(text, str(file))
-        else:
-            from ..hlo import parse_module
-            modules = [parse_module(text, str(file))]
-        if as_fusion:
-            from ..passes.wrap_fusions import wrap_entry_as_fusion
-            modules = [wrap_entry_as_fusion(m) for m in modules]
-        outputs: list[str | bytes] = []
-        for i, module in enumerate(modules):
-            target = None
-            if dump_to is not None:
-                target = dump_to if len(modules) == 1 else dump_to / f"module_{i:04d}"
-            result = run_pipeline(module, options, emit=emit or ("hlo" if dump_to is None else None),
-                                  dump_to=target)
-            stage_name = emit or "hlo"
-            if stage_name == "hlo" and short_form:
-                outputs.append(result.compilation.module.to_text("short"))
-            elif emit is not None or dump_to is None:
-                outputs.append(result.artifacts[stage_name])
+        _main(file, dump_to, emit, passes, output, arch, platform, input_format, tensor_cores, fusion,
+              split_input_file, short_form, as_fusion)
+    except UserError as e:
+        click.echo(f"{PROG}: error: {e}", err=True)
+        sys.exit(e.code)
     except HloError as e:
-        click.echo(str(e), err=True)
-        sys.exit(2)
+        common.echo_error(PROG, e)
+        sys.exit(EXIT_ERROR)
+    except KeyboardInterrupt:
+        click.echo(f"{PROG}: error: interrupted", err=True)
+        sys.exit(130)
     except (MemoryError, RecursionError, ValueError, KeyError, IndexError, TypeError, NotImplementedError,
-            ArithmeticError, AssertionError, AttributeError, RuntimeError) as e:
+            ArithmeticError, AssertionError, AttributeError, RuntimeError, OSError) as e:
         # a case the compiler does not handle: still a message, never a traceback
-        click.echo(f"hlo-compile: internal error on {file}: {type(e).__name__}: {e} "
-                   "(please report it with the file)", err=True)
-        sys.exit(2)
+        click.echo(common.bug_text(PROG, f"compiling {file}", e), err=True)
+        sys.exit(EXIT_ERROR)
+
+
+def _check_flags(emit, passes, output, arch, platform, input_format, dump_to):
+    """Every flag checked before any work: (stage name or None, arch, chosen passes or None)."""
+    arch = common.check_arch(arch)
+    if platform.strip().lower() not in ("gpu", "cuda"):
+        raise UserError(f"--platform={platform}: hlo-compile generates code for NVIDIA GPUs (gpu or cuda); "
+                        "to run a module on the CPU use hlo-run --platform=host")
+    if input_format.lower() not in ("hlo", "txt"):
+        raise UserError(f"--input-format={input_format}: only HLO text is read here (hlo)")
+    stage_name = None
+    if emit is not None:
+        try:
+            stage_name = stage(emit.strip()).name
+        except HloError as e:
+            raise UserError(f"--emit={emit}: {e.message}") from None
+    chosen = None
+    if passes is not None:
+        from .pass_list import resolve
+        chosen = resolve([p for p in passes.split(",") if p.strip()])
+        if stage_name not in (None, "hlo"):
+            raise UserError(f"--passes prints the module after those passes; it cannot be combined with "
+                            f"--emit={emit}")
+        if dump_to is not None:
+            raise UserError("--passes prints the module after those passes; it does not dump (drop --dump-to)")
+    if stage_name == "cubin":
+        from ..targets.toolkit import find_ptxas, ptxas_missing_reason
+        if output is None or str(output) == STDIN:
+            raise UserError("the cubin stage is binary: write it with -o FILE")
+        if find_ptxas() is None:
+            raise UserError(f"stage 'cubin' is not available: {ptxas_missing_reason()}")
+    common.check_output_file(output)
+    if stage_name not in ("hlo", "fusions", "indexing", "indexing-json") or common.dump_dir(dump_to):
+        common.check_llvmlite()
+    return stage_name, arch, chosen
+
+
+def _main(file, dump_to, emit, passes, output, arch, platform, input_format, tensor_cores, fusion,
+          split_input_file, short_form, as_fusion) -> None:
+    stage_name, arch, chosen = _check_flags(emit, passes, output, arch, platform, input_format, dump_to)
+    dump_to = common.dump_dir(dump_to) if chosen is None else None
+    common.prepare_dump_dir(dump_to)
+    options = CompileOptions(arch=arch, dot_tensor_cores=tensor_cores, fusion=fusion)
+    text, name = common.read_source(file)
+    modules = parse_modules(text, name) if split_input_file else [parse_module(text, name)]
+    if not modules:
+        raise UserError(f"{name}: no HLO module in the file (only comments and '// -----' lines)")
+    if as_fusion:
+        from ..passes.wrap_fusions import wrap_entry_as_fusion
+        modules = [wrap_entry_as_fusion(m) for m in modules]
+    if chosen is not None:
+        from .pass_list import run_chosen
+        outputs: list[str | bytes] = [run_chosen(m, chosen, options).to_text("short" if short_form else "long")
+                                      for m in modules]
+        _write_outputs(outputs, output)
+        return
+    outputs = []
+    summaries, files = [], 0
+    notes: dict[str, str] = {}
+    for i, module in enumerate(modules):
+        result = run_pipeline(module, options, emit=stage_name or ("hlo" if dump_to is None else None),
+                              dump_to=dump_to, module_index=i)
+        notes.update(result.skipped)
+        if result.writer is not None:
+            files += len(result.writer.written)
+            summaries.append(json.loads((dump_to / "summary.json").read_text()))
+        shown = stage_name or "hlo"
+        if shown == "hlo" and short_form:
+            outputs.append(result.compilation.module.to_text("short"))
+        elif stage_name is not None or dump_to is None:
+            outputs.append(result.artifacts[shown])
+    for skipped, why in notes.items():
+        common.note(PROG, f"stage '{skipped}' skipped: {why}")
+    if dump_to is not None and len(summaries) > 1:
+        (dump_to / "summary.json").write_text(json.dumps({"modules": summaries}, indent=1) + "\n")
+    _write_outputs(outputs, output)
+    if dump_to is not None:
+        click.echo(f"{PROG}: wrote {files} files of {len(modules)} module(s) to {dump_to}", err=True)
+
+
+def _write_outputs(outputs: list[str | bytes], output: Path | None) -> None:
     if any(isinstance(o, bytes) for o in outputs):
         if output is None or len(outputs) != 1:
-            click.echo("error: the cubin stage is binary: write one module's cubin with -o FILE", err=True)
-            sys.exit(2)
-        output.write_bytes(outputs[0])
+            raise UserError("the cubin stage is binary: write one module's cubin with -o FILE")
+        _write_file(output, outputs[0])
         return
     text_out = "// -----\n".join(outputs)
-    if output is not None:
-        output.write_text(text_out)
+    if output is not None and str(output) != STDIN:
+        _write_file(output, text_out)
     elif text_out:
         click.echo(text_out, nl=False)
-    if dump_to is not None:
-        click.echo(f"wrote {dump_to}", err=True)
+
+
+def _write_file(path: Path, data: str | bytes) -> None:
+    try:
+        if isinstance(data, bytes):
+            path.write_bytes(data)
+        else:
+            path.write_text(data)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 if __name__ == "__main__":  # pragma: no cover

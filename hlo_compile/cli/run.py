@@ -1,4 +1,9 @@
-"""``hlo-run``: run an HLO module on a platform and compare with a reference (DESIGN.md §5).
+"""``hlo-run``: run HLO modules on a platform and compare with a reference (DESIGN.md §5).
+
+run_hlo_module's flags work as written in XLA (``--platform=CUDA``, ``--reference_platform=``,
+``--abs_error_bound=``, ``--print_literals``, ``--use_large_float_range=true``,
+``--random_init_input_literals=false``, ``--different_random_seeds``, ``--input_format=hlo``,
+``--xla_dump_to=DIR``, several files); our dash spellings are the documented ones.
 
 Exit status: 0 results match (or no reference), 1 mismatch, 2 bad input or unsupported
 feature (message on stderr, no traceback)."""
@@ -6,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -13,14 +19,62 @@ import numpy as np
 
 from ..hlo import parse_module, parse_modules
 from ..hlo.errors import HloError
+from . import common
+from .common import EXIT_ERROR, EXIT_MISMATCH, EXIT_OK, UserError
 
-EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
+PROG = "hlo-run"
+PLATFORMS = ("interpreter", "host", "cuda")
+# run_hlo_module's platform names (any case) → ours
+PLATFORM_NAMES = {"interpreter": "interpreter", "host": "host", "cpu": "host", "cuda": "cuda", "gpu": "cuda"}
+REFERENCE_NAMES = {**PLATFORM_NAMES, "default": "interpreter", "none": "none", "": "none"}
+RULES = ("allclose", "xla")
+
+class PlatformType(click.ParamType):
+    name = "platform"
+
+    def __init__(self, names: dict[str, str], shown: str):
+        self.names = names
+        self.shown = shown
+
+    def get_metavar(self, param, ctx=None):  # noqa: D401 - click's signature
+        return self.shown
+
+    def convert(self, value, param, ctx):
+        key = str(value).strip().lower()
+        if key in self.names:
+            return self.names[key]
+        self.fail(f"'{value}' is not a platform here; use {self.shown} (run_hlo_module's "
+                  f"{', '.join(sorted(k for k in self.names if k))} are accepted in any case)", param, ctx)
 
 
-class _Failure(Exception):
-    def __init__(self, message: str, code: int = EXIT_ERROR):
-        super().__init__(message)
-        self.code = code
+_VALUES = {"platform": "--platform", "reference_platform": "--reference", "abs_error_bound": "--abs-error-bound",
+           "rel_error_bound": "--rel-error-bound", "iterations": "--iterations", "input_format": "--input-format",
+           "error_rule": "--error-rule"}
+_BOOLEANS = {
+    "print_literals": ("--print-literals", "--no-print-literals"),
+    "use_large_float_range": ("--use-large-float-range", "--no-use-large-float-range"),
+    "random_init_input_literals": ("--random-inputs", "--zero-inputs"),
+    "different_random_seeds": ("--different-random-seeds", "--no-different-random-seeds"),
+}
+_IGNORED = {
+    "run_test_hlo_passes": "hlo-run always runs its own passes (never XLA's) before code generation",
+    "run_reference_hlo_passes": "the reference runs the module as written",
+    "force_use_cpu_thunk_runtime_for_test": "there is no XLA:CPU runtime here",
+    "debug_options_file": "XLA's debug options have no equivalent here",
+}
+_REFUSED = {
+    "isolate_instructions": "instructions are not run one by one here",
+    "input_literals_file": "hlo-run reads npz literals: --input-literals IN.npz (arg0, arg1, ...)",
+    "output_literals_file": "hlo-run writes npz literals: --output-literals OUT.npz (out0, out1, ...)",
+    "force_fake_data": "generated inputs are the default; --input-literals reads given ones",
+}
+
+
+def _translate(argv: list[str]) -> list[str]:
+    # run_hlo_module's --input_module=FILE is the positional FILE
+    argv = [a.split("=", 1)[1] if a.startswith("--input_module=") else a for a in argv]
+    return common.translate_xla_flags(argv, main, values=_VALUES, booleans=_BOOLEANS, ignored=_IGNORED,
+                                      refused=_REFUSED, prog=PROG)
 
 
 def _runner(platform: str, module, seed, tensor_cores: bool = False, graph: bool = False, fusion: bool = True):
@@ -42,33 +96,8 @@ def _runner(platform: str, module, seed, tensor_cores: bool = False, graph: bool
     return ModuleGraph(exe), exe.run
 
 
-def _timed(run, args, iterations: int):
-    """(last result, seconds per run)."""
-    result, times = None, []
-    for _ in range(max(1, iterations)):
-        t0 = time.perf_counter()
-        result = run(args)
-        times.append(time.perf_counter() - t0)
-    return result, times
-
-
-def _run_graph(module, graph, plain, args, iterations: int):
-    """Run through the graph (the first run records and captures it); with iterations > 1,
-    time plain launches the same way and report the gain."""
-    result, times = _timed(graph.run, args, iterations)
-    click.echo(f"{module.name}: CUDA graph: {graph.describe()}; first run (capture) "
-               f"{times[0] * 1e3:.3f} ms", err=True)
-    if iterations > 1:
-        _, plain_times = _timed(plain, args, iterations)
-        g, p = np.median(times[1:]), np.median(plain_times[1:])
-        click.echo(f"{module.name}: {iterations - 1} replays, median {g * 1e3:.3f} ms with the graph, "
-                   f"{p * 1e3:.3f} ms with plain launches ({p / g:.2f}x), transfers included", err=True)
-    graph.close()
-    return result, times
-
-
 def _is_own_reference(platform: str, reference: str) -> bool:
-    """Comparing the interpreter with itself proves nothing: skip it."""
+    """Comparing a platform with itself proves nothing: skip it."""
     return platform == reference
 
 
@@ -80,111 +109,333 @@ def _print_literals(label: str, leaves) -> None:
                                        a.dtype.name.startswith("float8") else a))
 
 
-def _run_one(module, *, platform, reference, input_literals, output_literals, seed, iterations,
-             abs_error_bound, rel_error_bound, print_literals, index=None, tensor_cores=False,
-             use_cuda_graph=False, fusion=True) -> int:
-    from ..runtime import compare, literals
-    if input_literals:
-        args = literals.load_inputs(input_literals, module)
-    else:
-        args = literals.random_inputs(module, seed if seed is not None else 0)
-    if print_literals:
-        _print_literals("arg", literals.flatten(args))
-    # keywords only when set: tests replace _runner with (platform, module, seed) functions
-    extra = {**({"tensor_cores": True} if tensor_cores else {}), **({"graph": True} if use_cuda_graph else {}),
-             **({} if fusion else {"fusion": False})}
-    run = _runner(platform, module, seed, **extra)
-    if isinstance(run, tuple):
-        result, times = _run_graph(module, *run, args, iterations)
-    else:
-        result, times = _timed(run, args, iterations)
-    leaves = literals.flatten(result)
-    if iterations > 1 and not isinstance(run, tuple):
-        click.echo(f"{module.name}: {platform} {iterations} iterations, median {np.median(times) * 1e3:.3f} ms, "
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything a module's run reads from the command line (checked before any work)."""
+
+    platform: str
+    reference: str
+    input_literals: str | None
+    output_literals: str | None
+    seed: int | None
+    iterations: int
+    abs_error_bound: float | None
+    rel_error_bound: float | None
+    error_rule: str
+    print_literals: bool
+    random_inputs: bool
+    large_float_range: bool
+    different_seeds: bool
+    tensor_cores: bool
+    use_cuda_graph: bool
+    fusion: bool
+    dump_to: Path | None
+
+
+def rule_text(s: RunSettings, leaves) -> str:
+    """Which comparison rule was used, with the bounds it used."""
+    if s.error_rule == "xla":
+        from ..runtime.compare_xla import DEFAULT_ABS_BOUND, DEFAULT_REL_BOUND
+        a = DEFAULT_ABS_BOUND if s.abs_error_bound is None else s.abs_error_bound
+        r = DEFAULT_REL_BOUND if s.rel_error_bound is None else s.rel_error_bound
+        return f"rule xla: an element fails only when |a-e| > {a:g} and |a-e|/|e| > {r:g}"
+    from ..runtime.compare import default_tolerance, is_exact
+    bounds = []
+    for dt in sorted({np.dtype(a.dtype) for a in leaves if not is_exact(a.dtype)}, key=lambda d: d.name):
+        d_rtol, d_atol = default_tolerance(dt, "accumulate")
+        atol = d_atol if s.abs_error_bound is None else s.abs_error_bound
+        rtol = d_rtol if s.rel_error_bound is None else s.rel_error_bound
+        bounds.append(f"{dt.name} atol={atol:g} rtol={rtol:g}")
+    defaults = "" if s.abs_error_bound is not None and s.rel_error_bound is not None else ", per-type defaults"
+    body = "; ".join(bounds) if bounds else "exact types only"
+    return f"rule allclose: an element fails when |a-e| > atol + rtol*|e| ({body}{defaults if bounds else ''})"
+
+
+def _compare(s: RunSettings, expected, leaves):
+    if s.error_rule == "xla":
+        from ..runtime.compare_xla import compare_results_xla
+        return compare_results_xla(expected, leaves, abs_bound=s.abs_error_bound, rel_bound=s.rel_error_bound)
+    from ..runtime import compare
+    tol = [(s.rel_error_bound, s.abs_error_bound)] * len(expected)
+    return compare.compare_results(expected, leaves, tolerances=tol)
+
+
+def _inputs(module, s: RunSettings, iteration: int):
+    from ..runtime import literals
+    if s.input_literals:
+        return literals.load_inputs(s.input_literals, module)
+    if not s.random_inputs:
+        return literals.zero_inputs(module)
+    return literals.random_inputs(module, s.seed if s.seed is not None else 0, iteration=iteration,
+                                  large_float_range=s.large_float_range)
+
+
+def _rng_seed(s: RunSettings, iteration: int) -> int | None:
+    """The seed of the module's rng ops: ``--seed``; with ``--different-random-seeds`` a new one
+    each iteration (run_hlo_module's i+1, shifted by ``--seed``)."""
+    if s.different_seeds:
+        return (s.seed or 0) + iteration + 1
+    return s.seed
+
+
+def _dump(module, s: RunSettings, index: int) -> None:
+    """``--dump-to`` for one module: what hlo-compile dumps (the interpreter compiles nothing:
+    only the input). A stage that cannot run here ends the dump with a note, not the run."""
+    if s.dump_to is None:
+        return
+    import os
+    from ..pipeline import dump_source, run_pipeline
+    arch = os.environ.get("HLO_COMPILE_ARCH") or "sm_80"
+    if s.platform == "interpreter":
+        dump_source(module, s.dump_to, index, arch)
+        return
+    from ..options import CompileOptions
+    try:
+        result = run_pipeline(module, CompileOptions(arch=arch, dot_tensor_cores=s.tensor_cores, fusion=s.fusion),
+                              dump_to=s.dump_to, module_index=index)
+    except HloError as e:
+        common.note(PROG, f"the dump of {module.name} is incomplete: {e.message}")
+        return
+    for stage_name, why in result.skipped.items():
+        common.note(PROG, f"dump of {module.name}: stage '{stage_name}' skipped: {why}")
+
+
+def _run_one(module, s: RunSettings, *, index: int | None = None, dump_index: int = 0) -> int:
+    from ..runtime import literals
+    literals.check_memory(module, generated_inputs=not s.input_literals and s.random_inputs)
+    _dump(module, s, dump_index)
+    extra = {**({"tensor_cores": True} if s.tensor_cores else {}), **({"graph": True} if s.use_cuda_graph else {}),
+             **({} if s.fusion else {"fusion": False})}
+    compiled = None if s.platform == "interpreter" else _runner(s.platform, module, s.seed, **extra)
+    graph, plain = (compiled if isinstance(compiled, tuple) else (None, compiled))
+    compare_with = "none" if s.reference == "none" or _is_own_reference(s.platform, s.reference) else s.reference
+    reference_run = None
+    if compare_with in ("host", "cuda"):
+        reference_run = _runner(compare_with, module, s.seed, **({} if s.fusion else {"fusion": False}))
+    times, failures, compared, rule = [], 0, 0, ""
+    result, args = None, None
+    for i in range(s.iterations):
+        if s.iterations > 1:
+            click.echo(f"=== {module.name}: iteration {i + 1} of {s.iterations}", err=True)
+        args = _inputs(module, s, i)
+        seed = _rng_seed(s, i)
+        if s.print_literals:
+            _print_literals("arg", literals.flatten(args))
+        run = graph.run if graph is not None else plain if plain is not None else _runner(s.platform, module, seed)
+        t0 = time.perf_counter()
+        result = run(args)
+        times.append(time.perf_counter() - t0)
+        leaves = literals.flatten(result)
+        if s.print_literals:
+            _print_literals("out", leaves)
+        if compare_with == "none":
+            continue
+        if compare_with == "interpreter":
+            from ..interpreter import evaluate_module
+            expected = literals.flatten(evaluate_module(module, args, seed=seed))
+        else:
+            expected = literals.flatten(reference_run(args))
+        rule = rule_text(s, expected)
+        cmp = _compare(s, expected, leaves)
+        compared += 1
+        if not cmp.ok:
+            failures += 1
+            click.echo(cmp.report(), err=True)
+    if graph is not None:
+        _report_graph(module, graph, plain, args, times, s.iterations)
+    elif s.iterations > 1:
+        click.echo(f"{module.name}: {s.platform} {s.iterations} iterations, median {np.median(times) * 1e3:.3f} ms, "
                    f"min {min(times) * 1e3:.3f} ms", err=True)
-    if output_literals:
-        path = Path(output_literals)
+    if s.output_literals:
+        path = Path(s.output_literals)
         if index is not None:
             path = path.with_name(f"{path.stem}.{index}{path.suffix or '.npz'}")
-        literals.save_outputs(path, result)
-    if print_literals:
-        _print_literals("out", leaves)
-    if reference == "none" or _is_own_reference(platform, reference):
-        shapes = ", ".join(f"{a.dtype.name}{list(a.shape)}" for a in leaves)
-        why = "no reference requested" if reference == "none" else "the interpreter is its own reference"
-        click.echo(f"{module.name}: ran on {platform}, outputs {shapes}; not compared ({why})", err=True)
+        try:
+            literals.save_outputs(path, result)
+        except OSError as e:
+            raise UserError(f"cannot write output literals {path}: {e.strerror or e}") from None
+    if compare_with == "none":
+        shapes = ", ".join(f"{a.dtype.name}{list(a.shape)}" for a in literals.flatten(result))
+        why = ("no reference requested" if s.reference == "none"
+               else f"the {s.platform} platform is its own reference")
+        click.echo(f"{module.name}: ran on {s.platform}, outputs {shapes}; not compared ({why})", err=True)
         return EXIT_OK
-    from ..interpreter import evaluate_module
-    expected = literals.flatten(evaluate_module(module, args, seed=seed))
-    tol = [(rel_error_bound, abs_error_bound)] * len(expected)
-    cmp = compare.compare_results(expected, leaves, tolerances=tol)
-    if cmp.ok:
-        click.echo(f"{module.name}: results match the {reference} reference", err=True)
-        return EXIT_OK
-    click.echo(cmp.report(), err=True)
-    return EXIT_MISMATCH
+    if s.iterations > 1:
+        click.echo(f"{module.name}: {failures}/{compared} runs miscompared ({rule})", err=True)
+    if failures:
+        if s.iterations == 1:
+            click.echo(f"{module.name}: results differ from the {compare_with} reference ({rule})", err=True)
+        return EXIT_MISMATCH
+    click.echo(f"{module.name}: results match the {compare_with} reference ({rule})", err=True)
+    return EXIT_OK
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--platform", type=click.Choice(["interpreter", "host", "cuda"]), default="interpreter",
-              show_default=True, help="where the module runs")
-@click.option("--reference", type=click.Choice(["interpreter", "none"]), default="interpreter", show_default=True,
-              help="what the results are compared with")
+def _report_graph(module, graph, plain, args, times, iterations: int) -> None:
+    """The first run recorded and captured the graph; with iterations > 1, time plain launches
+    the same number of times and report the gain."""
+    click.echo(f"{module.name}: CUDA graph: {graph.describe()}; first run (capture) "
+               f"{times[0] * 1e3:.3f} ms", err=True)
+    if iterations > 1:
+        plain_times = []
+        for _ in range(iterations):
+            t0 = time.perf_counter()
+            plain(args)
+            plain_times.append(time.perf_counter() - t0)
+        g, p = np.median(times[1:]), np.median(plain_times[1:])
+        click.echo(f"{module.name}: {iterations - 1} replays, median {g * 1e3:.3f} ms with the graph, "
+                   f"{p * 1e3:.3f} ms with plain launches ({p / g:.2f}x), transfers included", err=True)
+    graph.close()
+
+
+@click.command(name=PROG, cls=common.Command, translate=_translate,
+               context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+               epilog="run_hlo_module's spellings are accepted as written: --platform=CUDA|GPU|CPU|Interpreter, "
+                      "--reference_platform=, --abs_error_bound=, --rel_error_bound=, --iterations=, "
+                      "--print_literals[=true|false], --use_large_float_range, --random_init_input_literals=false, "
+                      "--different_random_seeds, --input_format=hlo, --input_module=FILE, --xla_dump_to=DIR "
+                      "(--run_test_hlo_passes and other --xla_* flags are ignored with a note).\n\n"
+                      + common.environment_help())
+@click.argument("files", nargs=-1, required=True, metavar="FILE...|-")
+@click.option("--platform", type=PlatformType(PLATFORM_NAMES, "interpreter|host|cuda"), default="interpreter",
+              show_default=True, help="Where the module runs (cpu = host, gpu = cuda).")
+@click.option("--reference", "--reference-platform", "reference",
+              type=PlatformType(REFERENCE_NAMES, "interpreter|host|cuda|none"), default="interpreter",
+              show_default=True, help="What the results are compared with (default = interpreter; none or an "
+                                      "empty value: not compared).")
 @click.option("--input-literals", type=click.Path(dir_okay=False), default=None,
-              help="npz with arg0, arg1, ... (default: random inputs)")
+              help="npz with arg0, arg1, ... (default: generated inputs).")
 @click.option("--output-literals", type=click.Path(dir_okay=False), default=None,
-              help="write the results here as out0, out1, ...")
-@click.option("--seed", type=int, default=None, help="seed of generated inputs and rng ops")
-@click.option("--iterations", type=int, default=1, show_default=True, help="runs (timing)")
-@click.option("--abs-error-bound", type=float, default=None, help="atol (default: per dtype)")
-@click.option("--rel-error-bound", type=float, default=None, help="rtol (default: per dtype)")
-@click.option("--print-literals", is_flag=True, help="print inputs and outputs")
+              help="Write the results here as out0, out1, ... (the last iteration's).")
+@click.option("--seed", type=int, default=None, help="Seed of generated inputs and of rng ops.")
+@click.option("--iterations", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs, each on newly generated inputs (as run_hlo_module), each compared; timed.")
+@click.option("--error-rule", type=click.Choice(RULES, case_sensitive=False), default="allclose",
+              show_default=True,
+              help="allclose: an element fails when |a-e| > atol + rtol*|e| (defaults per element type). "
+                   "xla: run_hlo_module's rule, an element fails only when |a-e| > abs bound AND "
+                   "|a-e|/|e| > rel bound (defaults 1e-3 each).")
+@click.option("--abs-error-bound", type=click.FloatRange(min=0), default=None,
+              help="Absolute bound (atol for allclose; default per type, or 1e-3 for xla).")
+@click.option("--rel-error-bound", type=click.FloatRange(min=0), default=None,
+              help="Relative bound (rtol for allclose; default per type, or 1e-3 for xla).")
+@click.option("--print-literals/--no-print-literals", default=False, help="Print inputs and outputs.")
+@click.option("--random-inputs/--zero-inputs", "random_inputs", default=True, show_default=True,
+              help="Generated inputs: random (floats uniform in [-0.1, 0.2], indices in range) or all zeros.")
+@click.option("--use-large-float-range/--no-use-large-float-range", default=False, show_default=True,
+              help="Random floats log-uniform over the type's whole range, with rare ±0, ±1, ±inf, NaN.")
+@click.option("--different-random-seeds/--no-different-random-seeds", default=False, show_default=True,
+              help="A new seed for rng ops in each iteration (seed + i + 1; run_hlo_module's i + 1).")
+@click.option("--input-format", default="hlo", show_default=True, metavar="hlo",
+              help="Format of the files: HLO text (the only one read here).")
+@click.option("--dump-to", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Dump each module as hlo-compile --dump-to does (XLA's names; the interpreter compiles "
+                   "nothing: only the input). XLA_FLAGS=--xla_dump_to=DIR does the same.")
 @click.option("--tensor-cores/--no-tensor-cores", "tensor_cores", default=False, show_default=True,
               envvar="HLO_COMPILE_TENSOR_CORES",
-              help="f16/bf16 dots through mma.sync tensor cores on sm_80+ (experimental)")
+              help="f16/bf16 dots through mma.sync tensor cores on sm_80+ (experimental).")
 @click.option("--fusion/--no-fusion", "fusion", default=True, show_default=True,
-              help="group lone instructions into fusions (--no-fusion: one kernel per instruction)")
+              help="Group lone instructions into fusions (--no-fusion: one kernel per instruction).")
 @click.option("--use-cuda-graph", is_flag=True,
               help="cuda: capture the module's launches once in a CUDA graph and replay it (with "
-                   "--iterations N, also times plain launches and prints the gain)")
-@click.option("--split-input-file", is_flag=True, help="FILE holds modules separated by '// -----'")
+                   "--iterations N, also times plain launches and prints the gain).")
+@click.option("--split-input-file", is_flag=True, help="Each file holds modules separated by '// -----'.")
 @click.option("--as-fusion", is_flag=True,
-              help="FILE is a bare fused computation (XLA's emitter test files): run it as one fusion")
-def main(file, platform, reference, input_literals, output_literals, seed, iterations, abs_error_bound,
-         rel_error_bound, print_literals, tensor_cores, fusion, use_cuda_graph, split_input_file, as_fusion):
-    """Run the HLO module in FILE and compare its results with a reference."""
+              help="The files are bare fused computations (XLA's emitter test files): run each as one fusion.")
+@common.version_option(PROG)
+def main(files, platform, reference, input_literals, output_literals, seed, iterations, error_rule,
+         abs_error_bound, rel_error_bound, print_literals, random_inputs, use_large_float_range,
+         different_random_seeds, input_format, dump_to, tensor_cores, fusion, use_cuda_graph, split_input_file,
+         as_fusion):
+    """Run the HLO modules in FILE... (- reads standard input) and compare their results with a
+    reference."""
     try:
-        if use_cuda_graph and platform != "cuda":
-            raise _Failure(f"--use-cuda-graph needs --platform=cuda (got --platform={platform})")
-        try:
-            text = Path(file).read_text()
-        except OSError as e:
-            raise _Failure(f"cannot read {file}: {e.strerror or e}") from None
-        modules = parse_modules(text, file) if split_input_file else [parse_module(text, file)]
-        if as_fusion:
-            from ..passes.wrap_fusions import wrap_entry_as_fusion
-            modules = [wrap_entry_as_fusion(m) for m in modules]
-        status = EXIT_OK
-        for i, module in enumerate(modules):
-            code = _run_one(module, platform=platform, reference=reference, input_literals=input_literals,
-                            output_literals=output_literals, seed=seed, iterations=iterations,
-                            abs_error_bound=abs_error_bound, rel_error_bound=rel_error_bound,
-                            print_literals=print_literals, index=i if len(modules) > 1 else None,
-                            tensor_cores=tensor_cores, use_cuda_graph=use_cuda_graph, fusion=fusion)
-            status = max(status, code)
-        sys.exit(status)
-    except _Failure as e:
-        click.echo(f"hlo-run: error: {e}", err=True)
+        settings = RunSettings(
+            platform=platform, reference=reference, input_literals=input_literals, output_literals=output_literals,
+            seed=seed, iterations=iterations, abs_error_bound=abs_error_bound, rel_error_bound=rel_error_bound,
+            error_rule=error_rule.lower(), print_literals=print_literals, random_inputs=random_inputs,
+            large_float_range=use_large_float_range, different_seeds=different_random_seeds,
+            tensor_cores=tensor_cores, use_cuda_graph=use_cuda_graph, fusion=fusion,
+            dump_to=common.dump_dir(dump_to))
+        _check_flags(settings, input_format, files)
+        sys.exit(_run_files(files, settings, split_input_file, as_fusion))
+    except UserError as e:
+        click.echo(f"{PROG}: error: {e}", err=True)
         sys.exit(e.code)
+    except KeyboardInterrupt:
+        click.echo(f"{PROG}: error: interrupted", err=True)
+        sys.exit(130)
+
+
+def _check_flags(s: RunSettings, input_format: str, files) -> None:
+    """Every flag checked before any work."""
+    if s.use_cuda_graph and s.platform != "cuda":
+        raise UserError(f"--use-cuda-graph needs --platform=cuda (got --platform={s.platform})")
+    if input_format.strip().lower() not in ("hlo", "txt"):
+        raise UserError(f"--input-format={input_format}: only HLO text is read here (hlo); convert other formats "
+                        "to HLO text first (XLA's hlo-opt or hlo-translate)")
+    if s.input_literals and not Path(s.input_literals).is_file():
+        raise UserError(f"cannot read input literals {s.input_literals}: no such file")
+    if s.input_literals and not s.random_inputs:
+        raise UserError("--zero-inputs (random_init_input_literals=false) and --input-literals exclude each other")
+    if s.output_literals:
+        parent = Path(s.output_literals).parent
+        if not parent.is_dir():
+            raise UserError(f"--output-literals {s.output_literals}: the directory {parent} does not exist")
+    if list(files).count(common.STDIN) > 1:
+        raise UserError("standard input (-) can be read once")
+    if "host" in (s.platform, s.reference) or "cuda" in (s.platform, s.reference) or s.dump_to is not None:
+        common.check_llvmlite()
+    common.prepare_dump_dir(s.dump_to)
+
+
+def _run_files(files, s: RunSettings, split_input_file: bool, as_fusion: bool) -> int:
+    status = EXIT_OK
+    index = 0
+    modules_total = 0
+    for path in files:
+        if len(files) > 1:
+            click.echo(f"== {path}", err=True)
+        try:
+            text, name = common.read_source(path)
+            modules = parse_modules(text, name) if split_input_file else [parse_module(text, name)]
+            if not modules:
+                raise UserError(f"{name}: no HLO module in the file (only comments and '// -----' lines)")
+            if as_fusion:
+                from ..passes.wrap_fusions import wrap_entry_as_fusion
+                modules = [wrap_entry_as_fusion(m) for m in modules]
+        except UserError as e:
+            click.echo(f"{PROG}: error: {e}", err=True)
+            status = max(status, e.code)
+            continue
+        except HloError as e:
+            common.echo_error(PROG, e)
+            status = max(status, EXIT_ERROR)
+            continue
+        modules_total += len(modules)
+        several = len(modules) > 1 or len(files) > 1
+        for module in modules:
+            status = max(status, _guarded_run(module, s, index if several else None, index, path))
+            index += 1
+    return status
+
+
+def _guarded_run(module, s: RunSettings, index: int | None, dump_index: int, path: str) -> int:
+    try:
+        return _run_one(module, s, index=index, dump_index=dump_index)
+    except UserError as e:
+        click.echo(f"{PROG}: error: {e}", err=True)
+        return e.code
     except HloError as e:
-        click.echo(str(e), err=True)
-        sys.exit(EXIT_ERROR)
-    except (MemoryError, RecursionError, ValueError, KeyError, IndexError, TypeError, NotImplementedError,
-            ArithmeticError, AssertionError, AttributeError, RuntimeError) as e:
+        common.echo_error(PROG, e)
+        return EXIT_ERROR
+    except MemoryError as e:
+        click.echo(f"{PROG}: error: {module.name}: out of memory ({e})", err=True)
+        return EXIT_ERROR
+    except (RecursionError, ValueError, KeyError, IndexError, TypeError, NotImplementedError, ArithmeticError,
+            AssertionError, AttributeError, RuntimeError, OSError) as e:
         # an input the front end let through but the platform cannot handle: still no traceback
-        click.echo(f"hlo-run: error: {type(e).__name__}: {e}", err=True)
-        sys.exit(EXIT_ERROR)
+        click.echo(common.bug_text(PROG, f"running {module.name} from {path}", e), err=True)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -33,6 +33,7 @@ from . import records
 from .records import Body, Comp, Instr, Operand, PositionedError, RawAttr
 from .shape import Shape
 from .shape_text import ShapeError, parse_shape_text
+from .sizes import available_memory, format_bytes, shape_bytes
 from .element_types import ELEMENT_TYPES, TYPE_ALIASES
 
 
@@ -366,12 +367,28 @@ class _ModuleBuilder:
                 raise self.error(f"The declared operand shape {d} is not compatible with the shape of the "
                                  f"operand instruction {op.shape}.", call.pos)
         if opcode == "constant":
+            self.check_constant_fits(name, shape, call)
             try:
                 inst._literal = parse_literal(call.constant_text or "", shape)
             except LiteralError as e:
                 start = call.pos + self.text[call.pos:].index("(") + 1
                 raise self.error(str(e), start + e.offset) from None
+            except (MemoryError, OverflowError, ValueError) as e:  # numpy refused the allocation
+                raise self.error(f"constant {name}: {shape} cannot be held in memory ({e})", call.pos) from None
         return inst
+
+    def check_constant_fits(self, name: str, shape: Shape, call) -> None:
+        """A constant's value is built in memory as it is parsed: refuse one that cannot be
+        (a scalar written for a whole array takes a list entry per element while it is built)."""
+        need = shape_bytes(shape)
+        if need < 1 << 28:
+            return
+        if "{...}" not in (call.constant_text or ""):
+            need += 8 * sum(s.element_count() for _, s in shape.leaves() if s.is_array)
+        free = available_memory()
+        if free is not None and need > free:
+            raise self.error(f"constant {name}: {shape} needs {format_bytes(need)} of memory to be read; "
+                             f"{format_bytes(free)} are available", call.pos)
 
     def check_opcode_attrs(self, opcode: str, attributes: dict[str, Attribute], operands: list[HloInstruction],
                            pos: int) -> None:
@@ -677,7 +694,13 @@ def parse_module(text: str, filename: str = "<string>", verify: bool = True, *,
             gc.enable()
 
 
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
 def _parse_module(text: str, filename: str, verify: bool, fast: bool) -> HloModule:
+    if not _COMMENTS.sub("", text).strip():
+        raise HloParseError("empty input: expected an HLO module ('HloModule NAME' and its computations)",
+                            location_at(text, 0, filename))
     try:
         result = _fast_path().parse(text) if fast else None
         if result is None:

@@ -10,6 +10,7 @@ import re
 
 from .element_types import TYPE_ALIASES, is_array_type
 from .shape import COMBINE_DIM, UNBOUNDED_DIM, Layout, Shape, Tile, default_layout
+from .sizes import dims_error
 
 
 class ShapeError(ValueError):
@@ -137,6 +138,9 @@ def parse_array_shape(text: str) -> Shape:
                     raise ShapeError(f"dimension sizes must be non-negative, got {v}")
                 dims.append(v)
                 dyn.append(False)
+    too_big = dims_error(tuple(dims), etype)
+    if too_big is not None:  # XLA's limits (ShapeUtil::ValidateShape): int64 sizes and byte counts
+        raise ShapeError(too_big)
     if m.group(3) is not None:
         layout = parse_layout(m.group(3), len(dims))
     elif is_array_type(etype):

@@ -1,4 +1,4 @@
-"""indexing layer (see ../shared/DESIGN.md §1, §5, §6): affine expressions, IndexingMap,
+"""indexing layer (see docs/DESIGN.md §1, §5, §6): affine expressions, IndexingMap,
 the simplifier, per-op and fusion maps, layout maps and the ``--emit=indexing`` report."""
 from .affine import Expr, const, dim, rt, sym
 from .fusion import instruction_input_to_output, instruction_output_to_input

@@ -1,1 +1,1 @@
-"""runtime layer (see ../shared/DESIGN.md §1)."""
+"""runtime layer (see docs/DESIGN.md §1)."""

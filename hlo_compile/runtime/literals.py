@@ -7,6 +7,7 @@ leaves depth-first. ml_dtypes arrays (bf16, f8...) are stored as ``np.savez`` wr
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -17,6 +18,7 @@ from ..hlo.element_types import element_type
 from ..hlo.errors import HloError
 from ..hlo.ir import HloComputation, HloModule
 from ..hlo.shape import Shape
+from ..hlo.sizes import available_memory, format_bytes, shape_bytes
 
 FLOAT_RANGE = (-0.1, 0.2)  # run_hlo_module's default range for random float inputs
 
@@ -162,7 +164,28 @@ def index_bounds(comp: HloComputation, _depth: int = 0) -> dict[int, int]:
     return bounds
 
 
-def _random_leaf(shape: Shape, rng: np.random.Generator, index_bound: int | None) -> np.ndarray:
+_SPECIAL_FLOATS = (0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan)
+_SPECIAL_PROBABILITY = 1e-6  # per special value, as run_hlo_module's large range
+
+
+def _large_range_floats(dt: np.dtype, dims: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """``--use-large-float-range``: log-uniform magnitudes over the whole exponent range of
+    ``dt``, random signs, and now and then ±0, ±1, ±inf or NaN (run_hlo_module's large range)."""
+    import ml_dtypes
+    info = ml_dtypes.finfo(dt)
+    exponents = rng.uniform(info.minexp, info.maxexp - 1, size=dims)
+    signs = np.where(rng.integers(0, 2, size=dims) == 0, 1.0, -1.0)
+    values = np.exp2(exponents) * signs
+    special = rng.random(size=dims) < _SPECIAL_PROBABILITY * len(_SPECIAL_FLOATS)
+    if np.any(special):
+        picks = rng.integers(0, len(_SPECIAL_FLOATS), size=int(np.count_nonzero(special)))
+        values[special] = np.asarray(_SPECIAL_FLOATS)[picks]
+    with np.errstate(over="ignore", invalid="ignore"):
+        return values.astype(dt)
+
+
+def _random_leaf(shape: Shape, rng: np.random.Generator, index_bound: int | None,
+                 large_float_range: bool = False) -> np.ndarray:
     dt = numpy_dtype(shape.element_type)
     dims = tuple(shape.dimensions)
     kind = element_type(shape.element_type).kind
@@ -175,14 +198,23 @@ def _random_leaf(shape: Shape, rng: np.random.Generator, index_bound: int | None
     if kind == "unsigned":
         return rng.integers(0, 11, size=dims).astype(dt)
     if kind == "complex":
+        if large_float_range:
+            part = np.float32 if dt == np.complex64 else np.float64
+            return (_large_range_floats(np.dtype(part), dims, rng)
+                    + 1j * _large_range_floats(np.dtype(part), dims, rng)).astype(dt)
         return (rng.uniform(*FLOAT_RANGE, size=dims) + 1j * rng.uniform(*FLOAT_RANGE, size=dims)).astype(dt)
+    if large_float_range:
+        return _large_range_floats(dt, dims, rng)
     return rng.uniform(*FLOAT_RANGE, size=dims).astype(dt)
 
 
-def random_inputs(module: HloModule, seed: int = 0) -> list[Any]:
-    """Arguments like run_hlo_module's: floats uniform in [-0.1, 0.2]; integers that index a
-    gather/scatter/dynamic-slice in range; other integers small."""
-    rng = np.random.default_rng(seed)
+def random_inputs(module: HloModule, seed: int = 0, *, iteration: int = 0,
+                  large_float_range: bool = False) -> list[Any]:
+    """Arguments like run_hlo_module's: floats uniform in [-0.1, 0.2] (or, with
+    ``large_float_range``, log-uniform over the type's whole range); integers that index a
+    gather/scatter/dynamic-slice in range; other integers small. Each ``iteration`` draws new
+    values (iteration 0 is what ``seed`` alone always gave), as run_hlo_module's iterations do."""
+    rng = np.random.default_rng(seed if iteration == 0 else [seed, iteration])
     bounds = index_bounds(module.entry)
 
     def make(shape: Shape, bound):
@@ -190,8 +222,78 @@ def random_inputs(module: HloModule, seed: int = 0) -> list[Any]:
             return tuple(make(s, None) for s in shape.tuple_shapes)
         if shape.is_token:
             return None
-        return _random_leaf(shape, rng, bound)
+        return _random_leaf(shape, rng, bound, large_float_range)
     return [make(p.shape, bounds.get(p.parameter_number)) for p in module.entry.parameters]
+
+
+def zero_inputs(module: HloModule) -> list[Any]:
+    """All-zero arguments (run_hlo_module's ``--random_init_input_literals=false`` leaves them
+    uninitialised; zeros are the reproducible stand-in)."""
+    def make(shape: Shape):
+        if shape.is_tuple:
+            return tuple(make(s) for s in shape.tuple_shapes)
+        if shape.is_token:
+            return None
+        return np.zeros(tuple(shape.dimensions), dtype=numpy_dtype(shape.element_type))
+    return [make(p.shape) for p in module.entry.parameters]
+
+
+# ---- memory: refuse before allocating ---------------------------------------------------------
+
+_ALIASES = {"parameter", "tuple", "get-tuple-element", "bitcast"}  # no buffer of their own
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    """What a run needs at least, in bytes of host memory."""
+
+    inputs: int
+    outputs: int
+    temporary: int           # the largest single value computed on the way (or generated input)
+    temporary_name: str = ""
+
+    @property
+    def total(self) -> int:
+        return self.inputs + self.outputs + self.temporary
+
+
+def memory_need(module: HloModule, *, generated_inputs: bool = True) -> MemoryNeed:
+    """A lower bound of the host memory a run of ``module`` takes: its inputs, its outputs and
+    the largest value computed by any instruction (generated float inputs are drawn as f64
+    first, so that is counted too)."""
+    inputs = sum(shape_bytes(p.shape) for p in module.entry.parameters)
+    root = module.entry.root
+    outputs = 0 if root.opcode == "parameter" else shape_bytes(root.shape)
+    temporary, name = 0, ""
+    for comp in module.computations:
+        for inst in comp.instructions:
+            if inst.opcode in _ALIASES or inst is module.entry.root:
+                continue
+            size = shape_bytes(inst.shape)
+            if size > temporary:
+                temporary, name = size, inst.name
+    if generated_inputs:
+        for p in module.entry.parameters:
+            for _, leaf in p.shape.leaves():
+                if leaf.is_array and element_type(leaf.element_type).kind in ("float", "complex"):
+                    size = leaf.element_count() * (16 if element_type(leaf.element_type).kind == "complex" else 8)
+                    if size > temporary:
+                        temporary, name = size, f"{p.name} (generated as f64)"
+    return MemoryNeed(inputs, outputs, temporary, name)
+
+
+def check_memory(module: HloModule, *, generated_inputs: bool = True, available: int | None = None) -> MemoryNeed:
+    """Raise an ``HloError`` saying what a run of ``module`` needs and what there is, when it
+    cannot fit in the host memory available now; before anything is allocated."""
+    need = memory_need(module, generated_inputs=generated_inputs)
+    free = available_memory() if available is None else available
+    if free is not None and need.total > free:
+        temp = f", largest temporary {format_bytes(need.temporary)}" + (
+            f" ({need.temporary_name})" if need.temporary_name else "")
+        raise HloError(f"{module.name}: needs at least {format_bytes(need.total)} of host memory (inputs "
+                       f"{format_bytes(need.inputs)}, outputs {format_bytes(need.outputs)}{temp}); "
+                       f"{format_bytes(free)} are available")
+    return need
 
 
 def iter_leaves(value: Any) -> Iterator[np.ndarray]:

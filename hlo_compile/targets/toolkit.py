@@ -2,19 +2,24 @@
 
 Search order, first hit wins (every place looked at is remembered for the error message):
 
-1. ``$HLO_COMPILE_CUDA_HOME``, then ``$CUDA_HOME``, then ``$CUDA_PATH``
-   (``$X/nvvm/libdevice/libdevice.10.bc``, ``$X/bin/ptxas``);
-2. NVIDIA's pip wheels, found through the ``nvidia`` namespace package's ``__path__``:
-   CUDA 13 (``nvidia/cu13/nvvm/libdevice/...`` from ``nvidia-nvvm``, ``nvidia/cu13/bin/ptxas``
-   from ``nvidia-cuda-nvcc``) and CUDA 12 (``nvidia/cuda_nvcc/nvvm/libdevice/...``,
-   ``nvidia/cuda_nvcc/bin/ptxas``);
-3. ``/usr/local/cuda``;
-4. ``ptxas`` on ``PATH`` (for libdevice: the toolkit that ``ptxas`` belongs to, when the
-   ``ptxas`` found is a real file inside one).
+1. ``$HLO_COMPILE_CUDA_HOME`` (``$X/nvvm/libdevice/libdevice.10.bc``, ``$X/bin/ptxas``): an
+   explicit choice for this compiler alone;
+2. NVIDIA's ``cuda-pathfinder`` (a dependency): NVIDIA's pip wheels (``nvidia-nvvm`` for
+   libdevice, ``nvidia-cuda-nvcc`` for ptxas, CUDA 13 ``nvidia/cu13`` and CUDA 12 layouts),
+   Conda, then ``$CUDA_PATH``/``$CUDA_HOME``;
+3. our own search, for when cuda-pathfinder is missing, too old or finds nothing: the wheels
+   through the ``nvidia`` namespace package's ``__path__`` (``nvidia/cu13``,
+   ``nvidia/cuda_nvcc``), ``$CUDA_HOME``, ``$CUDA_PATH``, ``/usr/local/cuda``, and last
+   ``ptxas`` on ``PATH`` (for libdevice: the toolkit that ``ptxas`` belongs to).
 
 A root named by an environment variable that lacks the file is skipped, not an error: a
 ``CUDA_HOME`` pointing at a toolkit without libdevice should not hide a pip wheel that has it.
-Nothing is cached here; callers that need a path often (the libdevice loader) keep it.
+Nothing is cached here (cuda-pathfinder caches its own answers); callers that need a path
+often (the libdevice loader) keep it.
+
+libdevice is only needed for PTX of kernels with transcendental math; it comes with
+``pip install 'hlo-compile[libdevice]'`` (or ``[cuda]``, ``[test]``), and the message when it is
+missing says so.
 """
 from __future__ import annotations
 
@@ -25,7 +30,8 @@ from pathlib import Path
 
 from ..hlo.errors import HloError
 
-ENV_VARS = ("HLO_COMPILE_CUDA_HOME", "CUDA_HOME", "CUDA_PATH")
+OWN_ENV = "HLO_COMPILE_CUDA_HOME"
+ENV_VARS = (OWN_ENV, "CUDA_HOME", "CUDA_PATH")
 SYSTEM_ROOTS: tuple[Path, ...] = (Path("/usr/local/cuda"),)
 
 _LIBDEVICE = Path("nvvm", "libdevice", "libdevice.10.bc")
@@ -33,13 +39,19 @@ _PTXAS = Path("bin", "ptxas")
 # Sub-directories of the ``nvidia`` namespace package that are toolkit roots, newest first.
 _WHEEL_ROOTS = ("cu13", "cuda_nvcc")
 
+LIBDEVICE_EXTRA = "pip install 'hlo-compile[libdevice]'"
+PTXAS_EXTRA = "pip install 'hlo-compile[ptxas]'"
+LIBDEVICE_MISSING = (f"libdevice not found ({LIBDEVICE_EXTRA}, i.e. NVIDIA's nvidia-nvvm wheel; or set CUDA_HOME "
+                     "to a CUDA toolkit)")
+
 
 class ToolkitNotFound(HloError):
     """A CUDA component is missing; the message lists every place searched."""
 
 
-def _env_roots() -> list[tuple[str, Path]]:
-    return [(f"${name}", Path(os.environ[name])) for name in ENV_VARS if os.environ.get(name)]
+def _env_root(name: str) -> list[tuple[str, Path]]:
+    value = os.environ.get(name)
+    return [(f"${name}", Path(value))] if value else []
 
 
 def nvidia_package_dirs() -> list[Path]:
@@ -58,9 +70,29 @@ def _wheel_roots() -> list[tuple[str, Path]]:
     return [(f"pip wheel ({d / sub})", d / sub) for d in nvidia_package_dirs() for sub in _WHEEL_ROOTS]
 
 
-def _toolkit_roots() -> list[tuple[str, Path]]:
-    """(label, root) in search order, before the PATH fallback."""
-    return _env_roots() + _wheel_roots() + [(str(r), r) for r in SYSTEM_ROOTS]
+def _fallback_roots() -> list[tuple[str, Path]]:
+    """(label, root) of our own search, in order, before the PATH fallback."""
+    return (_wheel_roots() + _env_root("CUDA_HOME") + _env_root("CUDA_PATH")
+            + [(str(r), r) for r in SYSTEM_ROOTS])
+
+
+def pathfinder_lookup(kind: str) -> tuple[Path | None, str]:
+    """(path, note) from NVIDIA's cuda-pathfinder for ``"libdevice"`` or ``"ptxas"``; the note
+    says why there is no path (not installed, too old, nothing found). A seam for tests."""
+    try:
+        import cuda.pathfinder as pathfinder
+    except ImportError:
+        return None, "cuda-pathfinder is not installed"
+    try:
+        if kind == "libdevice":
+            found = pathfinder.find_bitcode_lib("device")
+        else:
+            found = pathfinder.find_nvidia_binary_utility("ptxas")
+    except Exception as e:  # noqa: BLE001 - any failure of a third-party search means "not found there"
+        return None, f"cuda-pathfinder: {type(e).__name__}: {e}".splitlines()[0]
+    if not found:
+        return None, "cuda-pathfinder found nothing"
+    return Path(found), ""
 
 
 def _is_executable(p: Path) -> bool:
@@ -74,16 +106,37 @@ def _ptxas_on_path() -> Path | None:
 
 def find_ptxas() -> Path | None:
     """The ``ptxas`` executable, or None when there is none (callers then skip the cubin)."""
-    for _, root in _toolkit_roots():
+    for _, root in _env_root(OWN_ENV):
+        if _is_executable(root / _PTXAS):
+            return root / _PTXAS
+    found, _ = pathfinder_lookup("ptxas")
+    if found is not None and _is_executable(found):
+        return found
+    for _, root in _fallback_roots():
         if _is_executable(root / _PTXAS):
             return root / _PTXAS
     return _ptxas_on_path()
 
 
+def ptxas_missing_reason() -> str:
+    """Why there is no cubin stage, and how to get one."""
+    return (f"ptxas not found ({PTXAS_EXTRA}, i.e. NVIDIA's nvidia-cuda-nvcc wheel; or set CUDA_HOME "
+            "to a CUDA toolkit; or put ptxas on PATH)")
+
+
 def find_libdevice() -> Path:
     """The libdevice bitcode; raises ``ToolkitNotFound`` listing the places searched."""
     looked: list[str] = []
-    for label, root in _toolkit_roots():
+    for label, root in _env_root(OWN_ENV):
+        candidate = root / _LIBDEVICE
+        if candidate.is_file():
+            return candidate
+        looked.append(f"{candidate}  [{label}]")
+    found, note = pathfinder_lookup("libdevice")
+    if found is not None and found.is_file():
+        return found
+    looked.append(f"NVIDIA wheels, Conda, $CUDA_PATH, $CUDA_HOME  [{note or 'cuda-pathfinder'}]")
+    for label, root in _fallback_roots():
         candidate = root / _LIBDEVICE
         if candidate.is_file():
             return candidate
@@ -97,8 +150,9 @@ def find_libdevice() -> Path:
     else:
         looked.append("(no ptxas on PATH)")
     raise ToolkitNotFound(
-        "libdevice (libdevice.10.bc) not found; it is needed for transcendental math on NVPTX.\n"
+        "libdevice (libdevice.10.bc) not found; it is needed for the PTX of kernels with "
+        "transcendental math (exp, log, tanh...).\n"
         "Looked in:\n  " + "\n  ".join(looked) + "\n"
-        "Fix: `pip install nvidia-nvvm`, or set CUDA_HOME (or HLO_COMPILE_CUDA_HOME) to a CUDA "
-        "toolkit that has nvvm/libdevice/libdevice.10.bc."
+        f"Fix: {LIBDEVICE_EXTRA} (NVIDIA's wheel: pip install nvidia-nvvm), or set CUDA_HOME "
+        f"(or {OWN_ENV}) to a CUDA toolkit that has nvvm/libdevice/libdevice.10.bc."
     )

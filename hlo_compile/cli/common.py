@@ -1,0 +1,337 @@
+"""What both command lines share: one error format, XLA's flag spellings, reading the input,
+``XLA_FLAGS``, ``--version`` and the environment variables they read.
+
+Errors: ``file:line:col: error: message`` (the line and a caret below) when there is a place
+in the input, ``<program>: error: message`` otherwise; exit status 2. Usage errors (an unknown
+flag, a bad value) are said the same way, before any work is done.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Callable, Iterable
+
+import click
+
+from ..hlo.errors import HloError, HloParseError, SourceLocation
+
+EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
+STDIN = "-"
+LLVMLITE_FLOOR = (0, 48)
+
+# (variable, what it does); shown by --help and the README
+ENVIRONMENT: list[tuple[str, str]] = [
+    ("HLO_COMPILE_ARCH", "default of hlo-compile --arch (e.g. sm_90)"),
+    ("HLO_COMPILE_TENSOR_CORES", "default of --tensor-cores (1/true or 0/false)"),
+    ("HLO_HOST_THREADS", "OS threads one launch on the host platform may use (default: the CPUs this process may use)"),
+    ("HLO_COMPILE_LARK_ONLY", "1: parse with the Lark parser only, without the hand-written fast path"),
+    ("HLO_COMPILE_CUDA_HOME", "a CUDA toolkit to take libdevice and ptxas from before anything else"),
+    ("CUDA_HOME, CUDA_PATH", "CUDA toolkit roots, searched after NVIDIA's pip wheels"),
+    ("XLA_FLAGS", "--xla_dump_to=DIR is honoured like --dump-to DIR; other XLA flags are ignored"),
+]
+
+
+def environment_help() -> str:
+    width = max(len(name) for name, _ in ENVIRONMENT)
+    lines = ["\b", "Environment variables:"]  # \b: click keeps the lines as they are
+    lines += [f"  {name:<{width}}  {what}" for name, what in ENVIRONMENT]
+    return "\n".join(lines)
+
+
+class UserError(Exception):
+    """Something the user typed or gave cannot be used; the message says what and why."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR):
+        super().__init__(message)
+        self.code = code
+
+
+# ---- error output ---------------------------------------------------------------------------
+
+def error_text(prog: str, e: BaseException) -> str:
+    """The one error format: the diagnostic's own place when it has one, else ``prog: error:``."""
+    if isinstance(e, HloError):
+        if e.location is not None:
+            return str(e)
+        return f"{prog}: error: {e.message}"
+    return f"{prog}: error: {e}"
+
+
+def echo_error(prog: str, e: BaseException) -> None:
+    click.echo(error_text(prog, e), err=True)
+
+
+def note(prog: str, message: str) -> None:
+    click.echo(f"{prog}: note: {message}", err=True)
+
+
+def bug_text(prog: str, what: str, e: BaseException) -> str:
+    """A failure of ours that no input should cause: still one line, never a traceback."""
+    return (f"{prog}: error: {what}: unexpected failure ({type(e).__name__}: {e}); this is a bug in "
+            f"{prog}, please report it with the input and the command line")
+
+
+# ---- the click command: XLA's spellings in, one error format out ------------------------------
+
+class Command(click.Command):
+    """A click command whose usage errors read ``prog: error: ...`` (exit status 2) and whose
+    arguments first go through ``translate`` (XLA's spellings to ours)."""
+
+    def __init__(self, *args, translate: Callable[[list[str]], list[str]] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.translate = translate
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        prog = self.name or "hlo-compile"
+        argv = list(sys.argv[1:] if args is None else args)
+        try:
+            if self.translate is not None:
+                argv = self.translate(argv)
+            return super().main(args=argv, prog_name=prog, complete_var=complete_var,
+                                standalone_mode=False, **extra)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        except click.exceptions.Abort:
+            click.echo(f"{prog}: error: interrupted", err=True)
+            sys.exit(130)
+        except click.ClickException as e:
+            hint = f" (see '{prog} --help')" if isinstance(e, click.UsageError) else ""
+            click.echo(f"{prog}: error: {e.format_message()}{hint}", err=True)
+            sys.exit(EXIT_ERROR)
+        except UserError as e:
+            click.echo(f"{prog}: error: {e}", err=True)
+            sys.exit(e.code)
+
+
+def bool_value(text: str, flag: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "t", "yes", "y", "on"):
+        return True
+    if low in ("0", "false", "f", "no", "n", "off"):
+        return False
+    raise UserError(f"{flag} takes true or false, got '{text}'")
+
+
+def translate_xla_flags(argv: list[str], command: click.Command, *, values: dict[str, str],
+                        booleans: dict[str, tuple[str, str]], ignored: dict[str, str],
+                        refused: dict[str, str], prog: str) -> list[str]:
+    """XLA's spellings to ours, before click sees them.
+
+    ``values``: XLA flag → our option taking a value (``--abs_error_bound=0.1``);
+    ``booleans``: XLA flag → (our on flag, our off flag), accepting ``--f``, ``--f=true|false``;
+    ``ignored``: flags accepted with a note saying why they change nothing here;
+    ``refused``: flags that get an error saying why. Any other ``--a_b`` is ``--a-b`` when that
+    is one of our options. ``--xla_dump_to=DIR`` is ``--dump-to DIR``; other ``--xla_*`` flags
+    are ignored with a note (``XLA_FLAGS`` is read the same way)."""
+    ours = {opt for p in command.params for opt in getattr(p, "opts", []) + getattr(p, "secondary_opts", [])}
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            out.extend(argv[i:])
+            break
+        name, eq, value = arg.partition("=")
+        if name in ("-o", "--o") and eq:  # hlo-opt's -o=FILE
+            out += ["-o", value]
+            continue
+        if not arg.startswith("--") or name in ours:
+            out.append(arg)
+            continue
+        key = name[2:]
+        if key == "xla_dump_to":
+            if not eq:
+                raise UserError("--xla_dump_to takes a directory: --xla_dump_to=DIR")
+            out += ["--dump-to", value]
+            continue
+        if key in booleans:
+            on, off = booleans[key]
+            out.append(on if (not eq or bool_value(value, name)) else off)
+            continue
+        if key in values:
+            if eq:
+                out += [values[key], value]
+            else:
+                out.append(values[key])  # the value follows as the next argument
+            continue
+        if key in ignored:
+            note(prog, f"{arg} is ignored: {ignored[key]}")
+            continue
+        if key in refused:
+            raise UserError(f"{name} is not supported: {refused[key]}")
+        if key.startswith("xla_"):
+            note(prog, f"{arg} is ignored: XLA's debug options have no equivalent here")
+            continue
+        dashed = "--" + key.replace("_", "-")
+        if "_" in key and dashed in ours:
+            out.append(dashed + (eq + value if eq else ""))
+            continue
+        out.append(arg)
+    return out
+
+
+# ---- XLA_FLAGS --------------------------------------------------------------------------------
+
+def xla_flags() -> dict[str, str]:
+    """``XLA_FLAGS`` as {flag name: value} (``--name=value`` or ``--name``)."""
+    raw = os.environ.get("XLA_FLAGS", "")
+    try:
+        words = shlex.split(raw)
+    except ValueError:
+        words = raw.split()
+    flags = {}
+    for w in words:
+        if w.startswith("--"):
+            name, _, value = w[2:].partition("=")
+            flags[name] = value
+    return flags
+
+
+def dump_dir(explicit: Path | None) -> Path | None:
+    """``--dump-to``, else ``XLA_FLAGS=--xla_dump_to=DIR`` (XLA's special destinations
+    ``-``, ``sponge`` and ``test_undeclared_outputs_dir`` are not directories here)."""
+    if explicit is not None:
+        return explicit
+    value = xla_flags().get("xla_dump_to", "")
+    if value and value not in ("-", "sponge", "test_undeclared_outputs_dir"):
+        return Path(value)
+    return None
+
+
+def prepare_dump_dir(path: Path | None) -> None:
+    if path is None:
+        return
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create the dump directory {path}: {e.strerror or e}") from None
+    if not os.access(path, os.W_OK):
+        raise UserError(f"cannot write into the dump directory {path}")
+
+
+def check_output_file(path: Path | None) -> None:
+    """``-o FILE`` must be writable before anything is compiled."""
+    if path is None or str(path) == STDIN:
+        return
+    if path.is_dir():
+        raise UserError(f"-o {path}: is a directory")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise UserError(f"-o {path}: the directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UserError(f"-o {path}: not writable")
+
+
+# ---- input ------------------------------------------------------------------------------------
+
+def read_source(path: str) -> tuple[str, str]:
+    """(text, name for messages) of an input file, ``-`` being standard input. Refuses, with a
+    place when there is one, what is not HLO text: a missing file, a directory, bytes that are
+    not UTF-8, NUL bytes (a binary file, e.g. an HloProto)."""
+    if path == STDIN:
+        name = "<stdin>"
+        stream = getattr(sys.stdin, "buffer", None)
+        data = stream.read() if stream is not None else sys.stdin.read().encode("utf-8")
+    else:
+        name = path
+        p = Path(path)
+        if p.is_dir():
+            raise UserError(f"cannot read {path}: it is a directory")
+        try:
+            data = p.read_bytes()
+        except OSError as e:
+            raise UserError(f"cannot read {path}: {e.strerror or e}") from None
+    hint = ("; binary HloProto files (.pb) are not read here, only HLO text (e.g. XLA's "
+            "*.before_optimizations.txt dumps)")
+    nul = data.find(b"\x00")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise HloParseError(f"not UTF-8 text (byte 0x{data[e.start]:02x}){hint}",
+                            _byte_location(data, e.start, name)) from None
+    if nul >= 0:
+        raise HloParseError(f"a NUL byte: this is a binary file, not HLO text{hint}",
+                            _byte_location(data, nul, name))
+    return text.removeprefix("\ufeff"), name
+
+
+def _byte_location(data: bytes, offset: int, name: str) -> SourceLocation:
+    line = data.count(b"\n", 0, offset) + 1
+    start = data.rfind(b"\n", 0, offset) + 1
+    return SourceLocation(name, line, offset - start + 1)
+
+
+# ---- versions, architectures -------------------------------------------------------------------
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def version_text(prog: str) -> str:
+    from .. import __version__
+    own = _version("hlo-compile") or __version__
+    parts = [f"Python {sys.version.split()[0]}"]
+    for dist in ("llvmlite", "numpy", "lark", "click", "cuda-pathfinder", "nvidia-nvvm", "nvidia-cuda-nvcc",
+                 "cuda-python"):
+        v = _version(dist)
+        if v:
+            parts.append(f"{dist} {v}")
+    try:
+        import llvmlite.binding as llvm
+        parts.insert(2, "LLVM " + ".".join(str(x) for x in llvm.llvm_version_info))
+    except Exception:  # noqa: BLE001 - a version line must never fail
+        pass
+    return f"{prog} {own} ({', '.join(parts)})"
+
+
+def version_option(prog: str):
+    def show(ctx: click.Context, _param, value: bool) -> None:
+        if value and not ctx.resilient_parsing:
+            click.echo(version_text(prog))
+            ctx.exit(0)
+    return click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=show,
+                        help="Print the version (and of the libraries it uses) and exit.")
+
+
+def check_llvmlite() -> None:
+    """llvmlite before 0.48 fails inside LLVM on our IR: say so instead."""
+    v = _version("llvmlite")
+    if v is None:
+        return
+    try:
+        major, minor = (int(x) for x in v.split(".")[:2])
+    except ValueError:
+        return
+    if (major, minor) < LLVMLITE_FLOOR:
+        raise UserError(f"llvmlite {v} is too old: code generation needs llvmlite >= "
+                        f"{LLVMLITE_FLOOR[0]}.{LLVMLITE_FLOOR[1]} (pip install -U 'llvmlite>=0.48')")
+
+
+def supported_archs() -> list[str]:
+    from ..codegen.device_info import _BY_ARCH
+    from ..targets.nvptx import SUPPORTED_ARCHS
+    return [a for a in SUPPORTED_ARCHS if a in _BY_ARCH]
+
+
+def check_arch(arch: str, flag: str = "--arch") -> str:
+    """``arch`` normalised (``SM_90`` → ``sm_90``), or an error listing what is supported."""
+    key = arch.strip().lower()
+    if key.startswith("sm") and not key.startswith("sm_"):
+        key = "sm_" + key[2:]
+    known = supported_archs()
+    if key in known:
+        return key
+    raise UserError(f"{flag}={arch}: unsupported GPU architecture; supported: {', '.join(known)} "
+                    "(Ampere and newer)")
+
+
+def one_of(value: str, choices: Iterable[str], flag: str) -> str:
+    low = value.strip().lower()
+    for c in choices:
+        if c.lower() == low:
+            return c
+    raise UserError(f"{flag}={value}: expected one of {', '.join(choices)}")
