@@ -13,6 +13,7 @@ global context is shared by every thread, so all LLVM work here holds one lock.
 from __future__ import annotations
 
 import ctypes
+import re
 import ctypes.util
 import threading
 from dataclasses import dataclass
@@ -68,6 +69,17 @@ def host_target_machine(cpu: str | None = None, opt: int = 3) -> llvm.TargetMach
     return target.create_target_machine(cpu=cpu, opt=opt, codemodel="jitdefault")
 
 
+_HALF_TYPES = re.compile(r"\b(half|bfloat)\b")
+
+
+def needs_softfloat(kernel_ir: str) -> bool:
+    """Whether LLVM may lower this kernel's conversions to the soft-float libcalls: only
+    ``half``/``bfloat`` values do. Linking and optimising the helpers into every kernel was
+    about 60% of a trivial kernel's host compile time; a libcall left unresolved anyway is
+    caught by ``check_symbols_resolve`` with a clear error, never a crash."""
+    return _HALF_TYPES.search(kernel_ir) is not None
+
+
 def host_tuning_options() -> llvm.PipelineTuningOptions:
     """O3 without the loop vectorizer and interleaver.
 
@@ -111,7 +123,8 @@ def jit_compile(kernel_ir: str, info: HostKernelInfo, cpu: str | None = None) ->
         mod.triple, mod.data_layout = triple, layout
         driver = build_driver_module(triple, layout, info.name, info.num_params, info.mode)
         mod.link_in(_parse(str(driver), "host driver"))
-        mod.link_in(_parse(softfloat_ir(triple, layout), "soft-float helpers"))
+        if needs_softfloat(kernel_ir):
+            mod.link_in(_parse(softfloat_ir(triple, layout), "soft-float helpers"))
         mod.get_function(info.name).linkage = llvm.Linkage.internal
         try:
             mod.verify()
