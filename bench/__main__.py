@@ -1,4 +1,5 @@
 """python -m bench [--suite gpu|cpu|all] [--json OUT] [--chart OUT.png] [--quick] [--only NAME ...]
+   python -m bench --fuzz N [--seed S] [--jobs J] [--out DIR] [--xla]   (the differential fuzzer)
 
 Runs the GPU suite (``bench/gpu_suite.py``: every module of ``bench/modules`` on the GPU, against
 the device-to-device copy roofline and XLA) and the CPU suite (``bench/cpu_suite.py``: parse
@@ -119,7 +120,16 @@ def main(argv=None) -> int:
                     help="GPU and host benchmarks: only modules whose name contains this")
     ap.add_argument("--no-xla", dest="xla", action="store_false", help="do not measure XLA through jax")
     ap.add_argument("--xla-ref", default=None, help="path of xla_ref.py (default: $HLO_XLA_REF, ../shared/tools)")
-    ns = ap.parse_args(argv)
+    ap.add_argument("--fuzz", type=int, default=None, metavar="N",
+                    help="instead of the suites, run the differential fuzzer on N modules (python -m "
+                         "hlo_compile.fuzz; options it does not know here, e.g. --seed S --jobs J --out DIR --xla, "
+                         "are passed on)")
+    ns, rest = ap.parse_known_args(argv)
+    if ns.fuzz is not None:
+        from hlo_compile.fuzz.__main__ import main as fuzz_main  # noqa: PLC0415
+        return fuzz_main(["--count", str(ns.fuzz), *rest])
+    if rest:
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
     from . import cpu_suite, gpu_suite  # noqa: PLC0415 (after argparse: --help stays fast)
     t0 = time.perf_counter()
     report: dict = {"argv": sys.argv[1:] if argv is None else list(argv), "quick": ns.quick,

@@ -291,12 +291,24 @@ def _reduce_window(fe, inst, index):
     m = _single_map(fe, inst)
     n = len(inst.operands) // 2
     inputs, inits = inst.operands[:n], inst.operands[n:]
+    if m.is_known_empty():  # every window lies in padding or base-dilation holes
+        out = [fe.value(init, ()) for init in inits]
+        return out if n > 1 else out[0]
     types = [compute_type(i.shape.element_type) for i in inputs]
     with b.goto_entry_block():
         accs = [b.alloca(t) for t in types]
     for acc, init in zip(accs, inits):
         b.store(fe.value(init, ()), acc)
     window: list = [None] * len(m.ranges)
+    out_dims = (inst.shape.tuple_shapes[0] if inst.shape.is_tuple else inst.shape).dimensions
+    # the simplifier may narrow the map's dims instead of keeping a constraint: outputs outside
+    # them read nothing; constraints are checked with the output's own bounds
+    domain = [c for v, (lo, hi), size in zip(index, m.dims, out_dims)
+              for c in ([b.icmp_signed(">=", v, kb.index(lo))] if lo > 0 else []) +
+              ([b.icmp_signed("<=", v, kb.index(hi))] if hi < size - 1 else [])]
+
+    def wide(var):
+        return (0, out_dims[var.index] - 1) if var.kind == 0 else m.bound(var)
 
     def accumulate() -> None:
         ae = AffineEmitter(kb, index, window, bounds=lambda v: m.bound(v))
@@ -308,7 +320,7 @@ def _reduce_window(fe, inst, index):
 
     def nest(k: int) -> None:
         if k == len(window):
-            conds = AffineEmitter(kb, index, window, bounds=lambda v: m.bound(v)).in_bounds(m.constraints)
+            conds = domain + AffineEmitter(kb, index, window, bounds=wide).in_bounds(m.constraints)
             if conds:
                 with kb.if_(kb.all_of(conds)), fe.scope():
                     accumulate()

@@ -196,8 +196,11 @@ class IndexingMap:
         while changed:
             changed = False
             for e, _ in self.constraints:
-                vs = {v for v in A.variables(e) if v.kind != DIM}
-                if vs & used and not vs <= used:
+                all_vs = A.variables(e)
+                vs = {v for v in all_vs if v.kind != DIM}
+                # a constraint tying symbols to dims restricts the domain: its symbols stay
+                # (dropping ``d1 + s1 in [0, 0]`` would make every d1 valid)
+                if (vs & used or any(v.kind == DIM for v in all_vs)) and not vs <= used:
                     used |= vs
                     changed = True
         keep_s = [i for i in range(len(self.ranges)) if A.sym(i) in used]

@@ -40,8 +40,15 @@ def delinearize(linear: Expr, sizes: Sequence[int]) -> list[Expr]:
     return out
 
 
+def _empty(src: Sequence[int], dst_rank: int) -> IndexingMap:
+    """The map of a reshape or bitcast without elements (a zero-size dim: strides of 0)."""
+    return simplify(IndexingMap.make([A.Const(0)] * dst_rank, dims_of(src)), fold_point_dims=False)
+
+
 def reshape_map(src: Sequence[int], dst: Sequence[int]) -> IndexingMap:
     """Map from an index of ``src`` to the ``dst`` index of the same row-major element."""
+    if 0 in src or 0 in dst:
+        return _empty(src, len(dst))
     lin = linearize([A.dim(i) for i in range(len(src))], src)
     m = IndexingMap.make(delinearize(lin, dst), dims_of(src))
     return simplify(m, fold_point_dims=False)
@@ -68,6 +75,8 @@ def bitcast_map(src, dst) -> IndexingMap | None:
             return None
     if src.element_count() != dst.element_count():
         return None
+    if src.element_count() == 0:
+        return _empty(src.dimensions, dst.rank)
     s_order, d_order = _major_to_minor(src), _major_to_minor(dst)
     s_phys = [A.dim(i) for i in s_order]
     lin = linearize(s_phys, [src.dimensions[i] for i in s_order])

@@ -51,16 +51,25 @@ def _reduce_window(ev, inst, ops):
     types = _leaf_types(inst.shape)
     out_dims = tuple(inst.shape.tuple_shapes[0].dimensions if inst.shape.is_tuple else inst.shape.dimensions)
     padded = [_pad_for_window(np.asarray(x), i, window) for x, i in zip(xs, inits)]
+    # padding and base-dilation holes are skipped, not reduced as init values (XLA's evaluator and
+    # emitters do the same: with an init that is not the reducer's identity the two differ)
+    valid = _pad_for_window(np.ones(np.shape(xs[0]), dtype=bool), np.asarray(False), window)
     accs = [np.full(out_dims, i, dtype=np.asarray(x).dtype) for x, i in zip(xs, inits)]
     uf = binary_ufunc(inst.to_apply, types[0]) if n == 1 else None
     if any(w.window_reversal for w in window):
-        padded = [np.flip(p, axis=[d for d, w in enumerate(window) if w.window_reversal]) for p in padded]
+        axes = [d for d, w in enumerate(window) if w.window_reversal]
+        padded = [np.flip(p, axis=axes) for p in padded]
+        valid = np.flip(valid, axis=axes)
     for sl in _window_slices(window, out_dims):
         vals = [p[sl] for p in padded]
+        inside = valid[sl]
+        if inside.size and not inside.any():
+            continue
         if uf is not None:
-            accs = [uf(accs[0], vals[0])]
+            new = [uf(accs[0], vals[0])]
         else:
-            accs = apply(ev, inst.to_apply, accs, vals, types)
+            new = apply(ev, inst.to_apply, accs, vals, types)
+        accs = new if inside.all() else [np.where(inside, nv, a) for nv, a in zip(new, accs)]
     accs = [result(np.broadcast_to(a, out_dims), t) for a, t in zip(accs, types)]
     return tuple(accs) if inst.shape.is_tuple else accs[0]
 

@@ -84,6 +84,9 @@ def _why_not(fusion: HloInstruction, leaves) -> str | None:
             return f"the operand of %{dus.name} is not a fusion parameter"
         if dus.operands[1].shape.dimensions != upd.dimensions:
             return "the updates have different shapes"
+        if dus.operands[0].shape.layout != dus.shape.layout:
+            # the output starts as a byte copy of the operand: both must order elements alike
+            return f"the operand of %{dus.name} has another layout than its result"
         for s in (shape, dus.shape, param.shape):
             if s.layout is not None and s.layout.tiles:
                 return "tiled layouts"

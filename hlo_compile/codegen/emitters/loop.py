@@ -99,7 +99,9 @@ def emit_loop_kernel(target: Target, spec: LoopKernelSpec) -> ir.Module:
     m = spec.thread_map
     ids = [kb.thread_id(a) for a in range(3)] + [kb.block_id(a) for a in range(3)]
     points = list(itertools.product(*(range(lo, hi + 1) for lo, hi in m.ranges)))
-    n_elements = next(s.element_count() for _, s in output_leaves(spec.fusion) if s.element_count() > 0)
+    n_elements = reference_shape(spec.fusion).element_count()
+    # outputs with another element count walk their own thread map (other symbol ranges)
+    outputs, others = _split_by_size(spec, outputs, n_elements)
 
     def emitter(point) -> AffineEmitter:
         return AffineEmitter(kb, ids, [kb.index(s) for s in point], bounds=lambda v: m.bound(v))
@@ -120,8 +122,58 @@ def emit_loop_kernel(target: Target, spec: LoopKernelSpec) -> ir.Module:
             ae = emitter(p)
             with maybe_if(kb, ae.in_bounds(m.constraints)), fe.scope():
                 _store_all(kb, fe, _compute_point(fe, outputs, _output_indices(spec, outputs, ae)))
+    for out in others:
+        _emit_other_size(kb, fe, ids, m, spec.root_maps[out[0][0].name], out)
     target.end_kernel(kb.b)
     return module
+
+
+def reference_shape(fusion: HloInstruction):
+    """The output shape that sets a loop kernel's launch: the one with the most elements (the
+    others then need at most the unroll symbols to cover theirs)."""
+    shapes = [shape for _, shape in output_leaves(fusion) if shape.element_count() > 0]
+    return max(shapes, key=lambda s: s.element_count())
+
+
+def _emit_other_size(kb: KernelBuilder, fe: FusedEmitter, ids, m: IndexingMap, om: IndexingMap, out) -> None:
+    """Store one output whose element count differs from the launch's, over its own thread map
+    ``om``: its domain may be narrower than the launch's, and its symbols (elements per thread)
+    are loops at run time, not unrolled, when they have more than a few values."""
+    b = kb.b
+    narrower = [c for i, ((lo, hi), (mlo, mhi)) in enumerate(zip(om.dims, m.dims))
+                for c in ([b.icmp_signed(">=", ids[i], kb.index(lo))] if lo > mlo else []) +
+                ([b.icmp_signed("<=", ids[i], kb.index(hi))] if hi < mhi else [])]
+    syms: list = [None] * len(om.ranges)
+
+    def nest(k: int) -> None:
+        if k == len(om.ranges):
+            ae = AffineEmitter(kb, ids, list(syms), bounds=lambda v: om.bound(v))
+            with maybe_if(kb, narrower + ae.in_bounds(om.constraints)), fe.scope():
+                _store_all(kb, fe, _compute_point(fe, [out], [ae.emit_all(om.exprs)]))
+            return
+        lo, hi = om.ranges[k]
+        if hi - lo < 4:
+            for s in range(lo, hi + 1):
+                syms[k] = kb.index(s)
+                nest(k + 1)
+            return
+        with kb.loop(lo, hi + 1, name=f"other.s{k}") as iv:
+            syms[k] = iv
+            nest(k + 1)
+    nest(0)
+
+
+def _split_by_size(spec: LoopKernelSpec, outputs, n_elements: int) -> tuple[list, list]:
+    """(outputs of the launch's element count, the others): a multi-output fusion may have roots
+    of other sizes, whose own thread maps (``root_maps``) have other symbol ranges."""
+    same, others = [], []
+    for out in outputs:
+        (root, _), (_, shape), _ = out
+        if shape.element_count() == n_elements or root.name not in spec.root_maps:
+            same.append(out)
+        else:
+            others.append(out)
+    return same, others
 
 
 def _root_per_leaf(fusion: HloInstruction) -> list[tuple[HloInstruction, int | None]]:
@@ -186,8 +238,8 @@ def kernel_index_type(fusion: HloInstruction, launch: LaunchDims, unroll: int = 
 
 def plan_loop_kernel(fusion: HloInstruction, analysis, device, kernel_name: str) -> LoopKernelSpec:
     """XLA's loop-fusion launch config, thread map per output and partition for one fusion."""
-    # the first output with elements sets the launch (empty outputs are never written)
-    ref = next(shape for _, shape in output_leaves(fusion) if shape.element_count() > 0)
+    # the largest output sets the launch (empty outputs are never written)
+    ref = reference_shape(fusion)
     config = loop_fusion_config(analysis, device, shape=ref)
     thread_map = thread_to_output_map(ref, config)
     root_maps = {}

@@ -123,6 +123,12 @@ def plan_scatter_kernel(fusion: HloInstruction, analysis, device, kernel_name: s
     for k in range(n):
         if scatter.operands[k].opcode != "parameter":
             raise _refuse(scatter, f"operand {k} is not a fusion parameter (it must start the output buffer)")
+    out_shapes = scatter.shape.tuple_shapes if scatter.shape.is_tuple else (scatter.shape,)
+    for k in range(n):
+        if scatter.operands[k].shape.layout != out_shapes[k].layout:
+            # the output starts as a byte copy of the operand: both must order elements alike
+            raise _refuse(scatter, f"operand {k} has layout {scatter.operands[k].shape.to_text()} but the output "
+                          f"{out_shapes[k].to_text()} (the output starts as a copy of the operand's bytes)")
     if n > 1 and not scatter.attr("unique_indices", False):
         raise _refuse(scatter, f"variadic scatter ({n} operands) without unique_indices needs a lock per element")
     updates = scatter.operands[n + 1].shape

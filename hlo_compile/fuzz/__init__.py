@@ -1,0 +1,15 @@
+"""Differential fuzzing: random valid HLO modules run on the reference interpreter and the
+host target (with and without the fusion pass, optionally XLA:CPU), compared bit for bit
+where the result is bit-reproducible, with failures shrunk to small reproducers.
+
+Modules, one job each: ``shapes`` (types, shapes, layouts), ``builder`` (instruction records
+→ text), ``gen_core`` (the generator's state), ``ops_*`` (op generators, registered in
+``registry``), ``outline`` (fusion groupings), ``generator`` (modules), ``inputs`` (input
+values), ``exactness`` (which results must match to the bit), ``compare``, ``runner`` (one
+module, classified), ``worker`` (process isolation), ``shrinker``, ``campaign``, and the
+command line in ``__main__``. Nothing here imports hypothesis.
+"""
+from .config import KNOWN_BUG_FEATURES, FuzzConfig
+from .generator import Generated, GeneratorError, generate
+
+__all__ = ["FuzzConfig", "KNOWN_BUG_FEATURES", "generate", "Generated", "GeneratorError"]

@@ -1,0 +1,247 @@
+"""Run one module on the reference interpreter and the host target (with and without the
+fusion pass), optionally on XLA:CPU, and classify each run.
+
+Statuses, per mode:
+- ``match``: every output leaf agrees (bit for bit where exact, see ``exactness.py``);
+- ``mismatch``: a WRONG result, the serious kind;
+- ``crash``: a Python exception that is not an ``HloError`` (a bug too);
+- ``refused``: a clean ``HloError`` (unsupported op or type...), counted by op;
+- ``unchecked``: the host ran but the interpreter refused, so nothing to compare with.
+The reference itself can be ``ok``, ``refused`` or ``crash`` (an interpreter bug).
+"""
+from __future__ import annotations
+
+import re
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ..hlo import parse_module
+from ..hlo.errors import HloError
+from ..hlo.opcodes import OPCODES
+from .compare import compare_leaf, compare_xla
+from .exactness import module_exactness
+from .inputs import make_inputs
+
+MODES = ("fusion", "no-fusion")
+BAD = ("mismatch", "crash", "timeout", "died")
+
+
+@dataclass
+class Outcome:
+    mode: str
+    status: str
+    detail: str = ""
+    op: str | None = None          # the refused op, for refusals
+    error_type: str | None = None  # the exception's class, for crashes and refusals
+    seconds: float = 0.0
+    emitters: list = field(default_factory=list)  # "emitter[/variant]" of every kernel, host modes
+
+    def signature(self) -> str:
+        """What must stay the same while shrinking: status and, for crashes, the exception."""
+        return signature(self.status, self.error_type, self.detail)
+
+
+def signature(status: str, error_type: str | None, detail: str | None) -> str:
+    """A failure's identity: the status, and for crashes the exception's class and where it
+    was raised (file and function of the innermost frame; messages name instructions and
+    sizes, which change while shrinking)."""
+    if status != "crash":
+        return status
+    frames = re.findall(r'File "([^"]+)", line \d+, in (\S+)', detail or "")
+    if frames:
+        path, fn = frames[-1]
+        return f"crash:{error_type}@{path.rsplit('/', 1)[-1]}:{fn}"
+    msg = re.sub(r"\d+", "N", re.sub(r"'[^']*'|%[\w.\-]+", "'_'", _first_line(detail or "")))
+    return f"crash:{error_type}:{msg[:80]}"
+
+
+@dataclass
+class CaseResult:
+    text: str
+    input_seed: int
+    reference: Outcome
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[Outcome]:
+        out = [o for o in self.outcomes if o.status in BAD]
+        if self.reference.status == "crash":
+            out.insert(0, self.reference)
+        return out
+
+
+def _first_line(s: str) -> str:
+    return s.strip().splitlines()[0] if s.strip() else ""
+
+
+def refused_op(err: BaseException, text: str) -> str:
+    """The opcode an ``HloError`` refuses: from its source line, else from its message."""
+    loc = getattr(err, "location", None)
+    msg = str(getattr(err, "message", err))
+    if loc is not None and loc.filename in ("<fuzz>", "<string>") and loc.line:
+        lines = text.splitlines()
+        if 0 < loc.line <= len(lines):
+            m = re.search(r"\s([a-z][a-z0-9-]*)\(", lines[loc.line - 1])
+            if m and m.group(1) in OPCODES:
+                return m.group(1)
+    for pattern in (r"opcode '([a-z0-9-]+)'", r"\b([a-z][a-z0-9-]*) '%?[\w.\-]+'", r"'([a-z][a-z0-9-]*)'",
+                    r"\b([a-z][a-z0-9-]*)\b"):
+        for m in re.finditer(pattern, msg):
+            if m.group(1) in OPCODES:
+                return m.group(1)
+    return "other"
+
+
+def _exception_outcome(mode: str, e: BaseException, text: str, t0: float) -> Outcome:
+    if isinstance(e, HloError):
+        return Outcome(mode, "refused", _first_line(str(e.message if hasattr(e, "message") else e)),
+                       refused_op(e, text), type(e).__name__, time.perf_counter() - t0)
+    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-10:])
+    return Outcome(mode, "crash", f"{type(e).__name__}: {e}\n{tb}", None, type(e).__name__,
+                   time.perf_counter() - t0)
+
+
+def _leaves(value) -> list[np.ndarray]:
+    from ..runtime.literals import flatten
+    return flatten(value)
+
+
+def run_reference(module, args, seed: int):
+    from ..interpreter import evaluate_module
+    return _leaves(evaluate_module(module, args, seed=seed))
+
+
+def run_host(text: str, args, fusion: bool, emitters: list | None = None) -> list[np.ndarray]:
+    """``text`` compiled for and run on the host target (buffers guarded, ``guard.py``); the
+    emitter of each kernel is appended to ``emitters``."""
+    from ..options import CompileOptions
+    from ..runtime.executable import compile_executable
+    from .guard import guarded
+    module = parse_module(text, "<fuzz>")
+    exe = compile_executable(module, "host", CompileOptions(fusion=fusion))
+    if emitters is not None:
+        for k in exe.plan.kernels:
+            a = k.analysis
+            emitters.append(f"{a.emitter}/{a.variant}" if a.variant else str(a.emitter))
+    with guarded():
+        return _leaves(exe.run(args))
+
+
+def compare_all(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], exact: Sequence[bool]) -> list[str]:
+    if len(expected) != len(actual):
+        return [f"{len(actual)} outputs, expected {len(expected)}"]
+    reports = []
+    for i, (e, a, x) in enumerate(zip(expected, actual, exact)):
+        ok, rep = compare_leaf(e, a, x, f"out{i}")
+        if not ok:
+            reports.append(rep)
+    return reports
+
+
+def run_case(text: str, input_seed: int = 0, modes: Sequence[str] = MODES, xla: bool = False,
+             on_stage=None) -> CaseResult:
+    """Run ``text`` on the interpreter and on host in each of ``modes`` (and XLA:CPU with ``xla``).
+    ``on_stage(name)`` is told each stage before it starts (a supervisor that sees the process
+    die or hang then knows where)."""
+    stage = on_stage or (lambda name: None)
+    stage("reference")
+    t0 = time.perf_counter()
+    try:
+        module = parse_module(text, "<fuzz>")
+        args = make_inputs(module, input_seed)
+    except HloError as e:
+        return CaseResult(text, input_seed, Outcome("reference", "invalid", str(e)))
+    try:
+        expected = run_reference(module, args, input_seed)
+        ref = Outcome("reference", "ok", seconds=time.perf_counter() - t0)
+    except Exception as e:  # noqa: BLE001 - classification is the point
+        expected = None
+        ref = _exception_outcome("reference", e, text, t0)
+    result = CaseResult(text, input_seed, ref)
+    exact = module_exactness(module)
+    for mode in modes:
+        stage(mode)
+        t1 = time.perf_counter()
+        emitters: list = []
+        try:
+            actual = run_host(text, args, fusion=(mode == "fusion"), emitters=emitters)
+        except Exception as e:  # noqa: BLE001
+            result.outcomes.append(_exception_outcome(mode, e, text, t1))
+            result.outcomes[-1].emitters = emitters
+            continue
+        dt = time.perf_counter() - t1
+        if expected is None:
+            result.outcomes.append(Outcome(mode, "unchecked", seconds=dt, emitters=emitters))
+            continue
+        reports = compare_all(expected, actual, exact)
+        result.outcomes.append(Outcome(mode, "mismatch" if reports else "match", "\n".join(reports), seconds=dt,
+                                       emitters=emitters))
+    if xla:
+        stage("xla")
+        result.outcomes.append(run_xla(text, args, expected))
+    return result
+
+
+# ---- XLA:CPU -----------------------------------------------------------------------------------
+
+def _xla_ref_module():
+    import importlib.util
+    import os
+    from pathlib import Path
+    path = os.environ.get("HLO_XLA_REF") or str(Path(__file__).resolve().parents[3] / "shared" / "tools" /
+                                                "xla_ref.py")
+    spec = importlib.util.spec_from_file_location("_hlo_fuzz_xla_ref", path)
+    if spec is None or not Path(path).is_file():
+        raise ImportError(f"xla_ref.py not found at {path} (set HLO_XLA_REF)")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_XLA = None
+
+
+def xla_available() -> bool:
+    try:
+        import jax  # noqa: F401
+        _xla()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _xla():
+    global _XLA
+    if _XLA is None:
+        import jax
+        jax.config.update("jax_enable_x64", True)  # 64-bit inputs stay 64-bit on the device
+        _XLA = _xla_ref_module()
+    return _XLA
+
+
+def run_xla(text: str, args, expected) -> Outcome:
+    """XLA:CPU (fusions inlined as calls: it cannot emit GPU fusion kinds) against the interpreter.
+    Its statuses are prefixed ``xla-``: a difference there points at the interpreter (or XLA)."""
+    t0 = time.perf_counter()
+    try:
+        if any(isinstance(a, tuple) for a in args):
+            return Outcome("xla", "xla-refused", "tuple parameters", "parameter")
+        outs = _xla().run_hlo_text(text, [np.asarray(a) for a in args], inline=True)
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - XLA's errors are RuntimeErrors of all kinds
+        return Outcome("xla", "xla-refused", _first_line(str(e))[:300], "xla", type(e).__name__,
+                       time.perf_counter() - t0)
+    dt = time.perf_counter() - t0
+    if expected is None:
+        return Outcome("xla", "xla-unchecked", seconds=dt)
+    if len(outs) != len(expected):
+        return Outcome("xla", "xla-mismatch", f"{len(outs)} outputs, expected {len(expected)}", seconds=dt)
+    reports = []
+    for i, (e, a) in enumerate(zip(expected, outs)):
+        ok, rep = compare_xla(e, a, f"out{i}")
+        if not ok:
+            reports.append(rep)
+    return Outcome("xla", "xla-mismatch" if reports else "xla-match", "\n".join(reports), seconds=dt)
