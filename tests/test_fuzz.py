@@ -108,9 +108,12 @@ def test_every_op_generator_produces_modules():
 
 def test_known_bug_features_are_off_by_default_and_generated_on_request():
     _, features, _, _ = _coverage(150)
-    assert "degenerate-broadcast" not in features and "bitcast-convert-width" not in features
+    assert "degenerate-broadcast" not in features
+    assert features["bitcast-convert-width"] and features["boundary-layouts"]  # fixed: on by default
     _, features, _, _ = _coverage(150, FuzzConfig(known_bugs=frozenset(KNOWN_BUG_FEATURES)))
-    assert features["bitcast-convert-width"] and features["degenerate-broadcast"]
+    assert features["degenerate-broadcast"]
+    _, features, _, _ = _coverage(60, FuzzConfig(without=frozenset({"boundary-layouts", "bitcast-convert-width"})))
+    assert not features["boundary-layouts"] and not features["bitcast-convert-width"]
 
 
 def test_xla_compatible_modules_avoid_what_xla_cannot_run():
@@ -129,6 +132,30 @@ def test_exactness_analysis_never_stricter_than_the_generator():
         assert len(flags) == len(g.exact)
         for k, (analysis, meant) in enumerate(zip(flags, g.exact)):
             assert meant or not analysis, f"seed {seed} out{k}: analysis says exact, generator did not"
+
+
+def test_inexact_results_carry_the_loosest_type_that_rounded_them():
+    from hlo_compile.fuzz.compare import compare_leaf
+    from hlo_compile.fuzz.exactness import module_infos
+    text = """HloModule m
+add {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT s = bf16[] add(a, b)
+}
+ENTRY e {
+  x = bf16[8] parameter(0)
+  z = bf16[] constant(0)
+  r = bf16[] reduce(x, z), dimensions={0}, to_apply=add
+  c = f32[] convert(r)
+  y = f32[8] convert(x)
+  ROOT t = (f32[], f32[8], f32[8]) tuple(c, y, y)
+}"""
+    assert module_infos(parse_module(text)) == ["bf16", None, None]
+    e, a = np.float32(22.125), np.float32(22.25)  # one bf16 ulp apart, far beyond f32's tolerance
+    assert compare_leaf(e, a, False, "out0", "bf16")[0]
+    assert not compare_leaf(e, a, False, "out0", "f32")[0]
+    assert not compare_leaf(e, a, True, "out0", None)[0]
 
 
 def test_inputs_are_stable_when_other_parameters_go():
@@ -179,6 +206,43 @@ ENTRY e {
     o = res.outcomes[0]
     assert o.status == "crash" and o.error_type == "ZeroDivisionError"
     assert signature(o.status, o.error_type, o.detail).startswith("crash:ZeroDivisionError@test_fuzz.py:boom")
+
+
+def test_envelope_excuses_ill_conditioning_but_not_wrong_sums(monkeypatch):
+    """cos of a long f16 sum moves with the summation order (unstable); a reduction whose adds
+    subtract is wrong however the sum is ordered (mismatch)."""
+    ill = """HloModule m
+add {
+  a = f16[] parameter(0)
+  b = f16[] parameter(1)
+  ROOT s = f16[] add(a, b)
+}
+ENTRY e {
+  x = f16[1,9,3] parameter(0)
+  m = f16[1,9,3] multiply(x, x)
+  z = f16[] constant(0)
+  r = f16[] reduce(m, z), dimensions={0,1,2}, to_apply=add
+  ROOT c = f16[] cosine(r)
+}"""
+    res = run_case(ill, 400135, modes=("no-fusion",))
+    assert res.outcomes[0].status in ("match", "unstable")
+    from hlo_compile.codegen import elemental_table
+    entry = elemental_table.OPS["add"]
+    sub = elemental_table.OPS["subtract"]
+    monkeypatch.setitem(elemental_table.OPS, "add", elemental_table.OpEntry(sub.fn, entry.widen))
+    wrong = """HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY e {
+  x = f32[16,8] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[16] reduce(x, z), dimensions={1}, to_apply=add
+}"""
+    res = run_case(wrong, 3, modes=("no-fusion",))
+    assert res.outcomes[0].status == "mismatch", res.outcomes[0].detail
 
 
 def test_guard_zones_catch_writes_outside_a_buffer():

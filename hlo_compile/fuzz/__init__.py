@@ -9,7 +9,7 @@ values), ``exactness`` (which results must match to the bit), ``compare``, ``run
 module, classified), ``worker`` (process isolation), ``shrinker``, ``campaign``, and the
 command line in ``__main__``. Nothing here imports hypothesis.
 """
-from .config import KNOWN_BUG_FEATURES, FuzzConfig
+from .config import DEFAULT_FEATURES, FEATURES, KNOWN_BUG_FEATURES, FuzzConfig
 from .generator import Generated, GeneratorError, generate
 
-__all__ = ["FuzzConfig", "KNOWN_BUG_FEATURES", "generate", "Generated", "GeneratorError"]
+__all__ = ["FuzzConfig", "FEATURES", "KNOWN_BUG_FEATURES", "DEFAULT_FEATURES", "generate", "Generated", "GeneratorError"]

@@ -12,18 +12,25 @@ import argparse
 import sys
 from pathlib import Path
 
-from .config import KNOWN_BUG_FEATURES, FuzzConfig
+from .config import DEFAULT_FEATURES, KNOWN_BUG_FEATURES, FuzzConfig
+
+
+def _features(items, allowed, flag: str) -> frozenset:
+    out = set()
+    for item in items or []:
+        for name in item.split(","):
+            out |= set(allowed) if name == "all" else {name}
+    unknown = out - set(allowed)
+    if unknown:
+        raise SystemExit(f"unknown {flag} feature(s): {', '.join(sorted(unknown))} "
+                         f"(have: {', '.join(sorted(allowed))}, all)")
+    return frozenset(out)
 
 
 def _config(ns) -> FuzzConfig:
-    known = set()
-    for item in ns.known_bugs or []:
-        known |= set(KNOWN_BUG_FEATURES) if item == "all" else {item}
-    unknown = known - set(KNOWN_BUG_FEATURES)
-    if unknown:
-        raise SystemExit(f"unknown --known-bugs feature(s): {', '.join(sorted(unknown))} "
-                         f"(have: {', '.join(KNOWN_BUG_FEATURES)}, all)")
-    return FuzzConfig(max_ops=ns.max_ops, xla_compatible=ns.xla_compatible, known_bugs=frozenset(known),
+    return FuzzConfig(max_ops=ns.max_ops, xla_compatible=ns.xla_compatible,
+                      known_bugs=_features(ns.known_bugs, KNOWN_BUG_FEATURES, "--known-bugs"),
+                      without=_features(ns.without, DEFAULT_FEATURES, "--without"),
                       only_ops=frozenset(ns.only_ops.split(",")) if ns.only_ops else None)
 
 
@@ -45,6 +52,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only-ops", default=None, help="comma-separated generator names (see registry)")
     ap.add_argument("--known-bugs", action="append", default=[], metavar="FEATURE",
                     help=f"also generate features of known open bugs: {', '.join(KNOWN_BUG_FEATURES)}, all")
+    ap.add_argument("--without", action="append", default=[], metavar="FEATURE",
+                    help=f"do not generate these default features: {', '.join(sorted(DEFAULT_FEATURES))}, all")
     ap.add_argument("--replay", type=int, default=None, metavar="SEED", help="print module SEED and run it")
     ap.add_argument("--check", type=Path, default=None, metavar="FILE", help="run FILE as the fuzzer does")
     ap.add_argument("--shrink-file", type=Path, default=None, metavar="FILE",

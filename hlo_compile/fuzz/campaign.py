@@ -18,7 +18,7 @@ from .config import FuzzConfig
 from .runner import BAD, MODES, signature
 from .worker import Worker, case_request, check_request
 
-HEAD = ("match", "mismatch", "crash", "died", "timeout", "refused", "unchecked")
+HEAD = ("match", "mismatch", "crash", "died", "timeout", "refused", "unchecked", "unstable")
 
 
 @dataclass
@@ -107,7 +107,7 @@ class CampaignReport:
         modes = sorted({m for m, _ in self.outcomes})
         for m in modes:
             cells = [f"{s} {self.outcomes[(m, s)]}" for s in HEAD + ("xla-match", "xla-mismatch", "xla-refused",
-                                                                      "xla-unchecked") if self.outcomes[(m, s)]]
+                                                                      "xla-unchecked", "xla-died", "xla-timeout") if self.outcomes[(m, s)]]
             lines.append(f"{m}: " + ", ".join(cells))
         lines.append(f"mismatches {self.mismatches}, crashes (incl. died/timeouts) {self.crashes}")
         if self.refusals:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..runtime.compare import compare_arrays
+from ..runtime.compare import TOLERANCE_CLASSES, compare_arrays, default_tolerance
 
 # XLA:CPU is compared as an outside reference: looser, and blind to the sign of zero
 XLA_CLASS = "model"
@@ -15,8 +15,21 @@ def _bits(a: np.ndarray) -> np.ndarray:
         else np.ascontiguousarray(a).view(np.uint8)
 
 
-def compare_leaf(expected: np.ndarray, actual: np.ndarray, exact: bool, name: str = "out") -> tuple[bool, str]:
-    """(ok, report) for one leaf."""
+def _looser(tolerance_type: str | None, dtype: np.dtype) -> tuple[float, float] | tuple[None, None]:
+    """(rtol, atol) of ``tolerance_type`` when it is looser than ``dtype``'s own, else the defaults."""
+    if tolerance_type is None:
+        return None, None
+    own = default_tolerance(dtype, "model")
+    theirs = TOLERANCE_CLASSES["model"].get(tolerance_type)
+    if theirs is None or theirs <= own:
+        return None, None
+    return theirs
+
+
+def compare_leaf(expected: np.ndarray, actual: np.ndarray, exact: bool, name: str = "out",
+                 tolerance_type: str | None = None) -> tuple[bool, str]:
+    """(ok, report) for one leaf; an inexact leaf is compared with the tolerances of
+    ``tolerance_type`` when those are looser than its own type's (its error came from there)."""
     expected, actual = np.asarray(expected), np.asarray(actual)
     if expected.dtype.kind == "V" and actual.dtype.itemsize == expected.dtype.itemsize:
         expected = expected.view(actual.dtype)
@@ -28,7 +41,8 @@ def compare_leaf(expected: np.ndarray, actual: np.ndarray, exact: bool, name: st
         return True, ""
     is_float = expected.dtype.kind == "f" or expected.dtype.name == "bfloat16"
     if not exact and is_float:
-        res = compare_arrays(expected, actual, name=name, klass="model")
+        rtol, atol = _looser(tolerance_type, actual.dtype)
+        res = compare_arrays(expected, actual, name=name, klass="model", rtol=rtol, atol=atol)
         return res.ok, "" if res.ok else res.report()
     if is_float:
         nan_e = np.isnan(expected.astype(np.float64))

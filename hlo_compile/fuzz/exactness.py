@@ -69,24 +69,41 @@ def _ets(shape) -> list[str]:
     return [s.element_type for _, s in shape.leaves()] if shape.is_tuple else [shape.element_type]
 
 
-def _leaves(flag, shape) -> list[bool]:
-    return [flag] * (len(list(shape.leaves())) if shape.is_tuple else 1)
+# A leaf's information: None when it is exact, else the loosest float type whose rounding reached
+# it (an inexact bf16 sum converted to f32 still carries bf16's error: it is compared as bf16).
+Info = "str | None"
+_LOOSENESS = {"f64": 1, "f32": 2, "f16": 3, "bf16": 4}
+
+
+def loosest(types) -> str:
+    """The float type with the largest rounding error among ``types`` (f32 when there is none)."""
+    floats = [t for t in types if t in _LOOSENESS]
+    return max(floats, key=_LOOSENESS.get) if floats else "f32"
+
+
+def _merge(*infos) -> "str | None":
+    inexact = [i for i in infos if i is not None]
+    return loosest(inexact) if inexact else None
+
+
+def _leaves(info, shape) -> list:
+    return [info] * (len(list(shape.leaves())) if shape.is_tuple else 1)
 
 
 class _Analysis:
     def __init__(self) -> None:
-        self.memo: dict[tuple, list[bool]] = {}
+        self.memo: dict[tuple, list] = {}
 
-    def computation(self, comp: HloComputation, param_flags: list[list[bool]]) -> list[bool]:
-        """Flags of ``comp``'s root leaves given one list of leaf flags per parameter."""
-        key = (id(comp), tuple(tuple(f) for f in param_flags))
+    def computation(self, comp: HloComputation, param_infos: list[list]) -> list:
+        """Infos of ``comp``'s root leaves given one list of leaf infos per parameter."""
+        key = (id(comp), tuple(tuple(f) for f in param_infos))
         if key in self.memo:
             return self.memo[key]
-        self.memo[key] = _leaves(False, comp.root.shape)  # recursion guard
-        env: dict[int, list[bool]] = {}
+        self.memo[key] = _leaves("f32", comp.root.shape)  # recursion guard
+        env: dict[int, list] = {}
         for p in comp.parameters:
-            env[id(p)] = param_flags[p.parameter_number] if p.parameter_number < len(param_flags) \
-                else _leaves(True, p.shape)
+            env[id(p)] = param_infos[p.parameter_number] if p.parameter_number < len(param_infos) \
+                else _leaves(None, p.shape)
         for inst in comp.instructions:
             if inst.opcode != "parameter":
                 env[id(inst)] = self.instruction(inst, [env[id(o)] for o in inst.operands])
@@ -94,10 +111,10 @@ class _Analysis:
         self.memo[key] = out
         return out
 
-    def instruction(self, inst: HloInstruction, ops: list[list[bool]]) -> list[bool]:
+    def instruction(self, inst: HloInstruction, ops: list[list]) -> list:
         op = inst.opcode
         if op in ("constant", "iota", "parameter"):
-            return _leaves(True, inst.shape)
+            return _leaves(None, inst.shape)
         if op == "tuple":
             return [f for o in ops for f in o]
         if op == "get-tuple-element":
@@ -105,32 +122,38 @@ class _Analysis:
         if op in ("fusion", "call"):
             return self.computation(inst.called_computations()[0], ops)
         if op == "while":
-            flags = ops[0]
+            infos = ops[0]
             body = inst.attr("body")
             for _ in range(8):
-                nxt = [a and b for a, b in zip(flags, self.computation(body, [flags]))]
-                if nxt == flags:
+                nxt = [_merge(a, b) for a, b in zip(infos, self.computation(body, [infos]))]
+                if nxt == infos:
                     break
-                flags = nxt
-            return flags
+                infos = nxt
+            return infos
         if op == "conditional":
             branches = inst.called_computations()
             outs = [self.computation(b, [ops[i + 1]]) for i, b in enumerate(branches)]
-            sel = all(ops[0])
-            return [sel and all(o[k] for o in outs) for k in range(len(outs[0]))]
+            sel = _merge(*ops[0])
+            return [_merge(sel, *(o[k] for o in outs)) for k in range(len(outs[0]))]
         flat = [f for o in ops for f in o]
-        called = all(all(self.computation(c, [_leaves(True, p.shape) for p in c.parameters]))
-                     for c in inst.called_computations())
-        overwrite = op == "scatter" and _is_overwrite(inst)
+        called = [i for c in inst.called_computations()
+                  for i in self.computation(c, [_leaves(None, p.shape) for p in c.parameters])]
+        exact_in = [f is None for f in flat]
+        called_exact = all(i is None for i in called)
         if op == "map":  # elementwise over its computation: exact when the computation is
-            return _leaves(all(flat) and called, inst.shape)
-        return _leaves(result_exact(op, _ets(inst.shape), flat, called, overwrite), inst.shape)
+            exact = all(exact_in) and called_exact
+        else:
+            exact = result_exact(op, _ets(inst.shape), exact_in, called_exact, op == "scatter" and _is_overwrite(inst))
+        if exact:
+            return _leaves(None, inst.shape)
+        types = _ets(inst.shape) + [t for o in inst.operands for t in _ets(o.shape)]
+        return _leaves(loosest(types + [i for i in flat + called if i is not None]), inst.shape)
 
-    def _gte(self, inst: HloInstruction, flags: list[bool]) -> list[bool]:
+    def _gte(self, inst: HloInstruction, infos: list) -> list:
         shapes = inst.operands[0].shape.tuple_shapes
         start = sum(len(list(s.leaves())) if s.is_tuple else 1 for s in shapes[:inst.tuple_index])
         n = len(list(inst.shape.leaves())) if inst.shape.is_tuple else 1
-        return flags[start:start + n]
+        return infos[start:start + n]
 
 
 def _is_overwrite(scatter: HloInstruction) -> bool:
@@ -141,7 +164,13 @@ def _is_overwrite(scatter: HloInstruction) -> bool:
         root.opcode == "tuple" and all(o.opcode == "parameter" and o.parameter_number >= n for o in root.operands))
 
 
+def module_infos(module: HloModule) -> list:
+    """One entry per leaf of ENTRY's result (depth-first): None when the leaf is bit-reproducible,
+    else the loosest float type whose rounding reached it (the tolerance to compare it with)."""
+    entry = module.entry
+    return _Analysis().computation(entry, [_leaves(None, p.shape) for p in entry.parameters])
+
+
 def module_exactness(module: HloModule) -> list[bool]:
     """One flag per leaf of ENTRY's result (depth-first): True when bit-reproducible."""
-    entry = module.entry
-    return _Analysis().computation(entry, [_leaves(True, p.shape) for p in entry.parameters])
+    return [i is None for i in module_infos(module)]

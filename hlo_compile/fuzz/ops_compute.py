@@ -26,7 +26,11 @@ def _init(g: Gen, kind: str, et: str) -> Value:
     return g.scalar_constant(et, identity_value(kind, et))
 
 
-def _kind(g: Gen, et: str, exclude=()) -> str:
+def _kind(g: Gen, et: str, exclude=(), count: int = 0) -> str:
+    """A reducer kind for ``et``; a float product only over a few elements (``count``): a long
+    one over- and underflows in an order-dependent way (inf * 0 or 0 * inf: NaN or 0)."""
+    if is_float(et) and count > 4:
+        exclude = tuple(exclude) + ("multiply",)
     return g.choice([k for k in sc.REDUCER_KINDS[sc.family(et)] if k not in exclude])
 
 
@@ -41,6 +45,7 @@ def gen_reduce(g: Gen) -> Value:
     if x.shape.rank and not dims and g.chance(0.7):
         dims = [g.randint(0, x.shape.rank - 1)]
     kept = [d for i, d in enumerate(x.shape.dims) if i not in dims]
+    count = prod(x.shape.dims[d] for d in dims)
     variant = g.weighted({"plain": 8, "argmax": 2, "pair": 1})
     attr = f"dimensions={{{','.join(map(str, dims))}}}"
     if variant == "argmax" and x.exact and x.shape.et != "pred" and x.shape.rank:
@@ -55,7 +60,7 @@ def gen_reduce(g: Gen) -> Value:
         return _gtes(g, t, shapes)[g.randint(0, 1)]
     if variant == "pair" and x.shape.rank:
         y = g.like(x.shape.dims, g.et())
-        kinds = [_kind(g, x.shape.et), _kind(g, y.shape.et)]
+        kinds = [_kind(g, x.shape.et, count=count), _kind(g, y.shape.et, count=count)]
         comp = sc.multi_reducer(g.mb, kinds, [x.shape.et, y.shape.et])
         inits = [_init(g, k, v.shape.et) for k, v in zip(kinds, (x, y))]
         shapes = (g.shape(x.shape.et, kept), g.shape(y.shape.et, kept))
@@ -66,7 +71,7 @@ def gen_reduce(g: Gen) -> Value:
         for o, v in zip(outs, (x, y)):
             o.exact = v.exact and not is_float(v.shape.et)
         return outs[-1]
-    kind = _kind(g, x.shape.et)
+    kind = _kind(g, x.shape.et, count=count)
     comp = sc.reducer(g.mb, kind, x.shape.et)
     exact = x.exact and not is_float(x.shape.et)
     return g.emit("reduce", g.shape(x.shape.et, kept), [x, _init(g, kind, x.shape.et)],
@@ -303,6 +308,8 @@ def _index_array(g: Gen, dims, bounds: list[int], unique: bool) -> Value:
     dim) are distinct and in range, so an assigning scatter is deterministic."""
     et = g.choice(["s32", "s32", "s32", "s64", "u32", "s8"])
     if unique:
+        if max(bounds, default=0) > 127:
+            et = g.choice(["s32", "s64", "u32"])
         n = prod(dims[:-1]) if dims else 1
         space = prod(max(1, b) for b in bounds)
         if n > space:
@@ -406,3 +413,77 @@ def gen_rng_bit_generator(g: Gen) -> Value:
 
 
 __all__ = ["literal_scalar"]
+
+
+# ---- shapes that the specialised emitters take (the tiled dot, implicit-GEMM convolution,
+# shared-memory transpose) rather than the loop emitter's elemental fallback -----------------
+
+_GEMM_SIZES = (8, 9, 16, 17, 24, 31, 32, 33, 48, 64, 65, 100)
+
+
+@op_generator("gemm", weight=1)
+def gen_gemm(g: Gen) -> Value:
+    """A matrix product big enough for the tiled dot emitter (M, N >= 8, B*M*N*K >= 4096)."""
+    et = g.choice(["f32", "f32", "f16", "bf16", "f64", "s32", "s8"])
+    m, n, k = g.choice(_GEMM_SIZES), g.choice(_GEMM_SIZES), g.choice((1, 2, 3, 7, 8, 16, 32, 33, 64))
+    b = g.choice((0, 0, 1, 2, 3))
+    batch = [g.choice((1, 2, 3))] * 1 if b else []
+    lhs_parts = [("b", d) for d in batch] + [("m", m), ("k", k)]
+    rhs_parts = [("b", d) for d in batch] + [("k", k), ("n", n)]
+    if g.chance(0.5):
+        g.rng.shuffle(lhs_parts)
+    if g.chance(0.5):
+        g.rng.shuffle(rhs_parts)
+    lhs = g.like([d for _, d in lhs_parts], et, fresh_p=0.8)
+    rhs = g.like([d for _, d in rhs_parts], et, fresh_p=0.8)
+    pos = lambda parts, kind: [i for i, (c, _) in enumerate(parts) if c == kind]  # noqa: E731
+    j = lambda xs: ",".join(map(str, xs))  # noqa: E731
+    attrs = [f"lhs_batch_dims={{{j(pos(lhs_parts, 'b'))}}}", f"lhs_contracting_dims={{{j(pos(lhs_parts, 'k'))}}}",
+             f"rhs_batch_dims={{{j(pos(rhs_parts, 'b'))}}}", f"rhs_contracting_dims={{{j(pos(rhs_parts, 'k'))}}}"]
+    exact = lhs.exact and rhs.exact and not is_float(et)
+    g.stats.features.add("gemm")
+    return g.emit("dot", g.shape(et, batch + [m, n]), [lhs, rhs], attrs, exact=exact)
+
+
+@op_generator("conv2d", weight=1)
+def gen_conv2d(g: Gen) -> Value:
+    """A 2-D convolution big enough for the implicit-GEMM emitter (>= 8 output features per
+    group), in a random data layout, with padding, strides and dilations now and then."""
+    et = g.choice(["f32", "f32", "f16", "bf16", "s32"])
+    groups = g.choice([1, 1, 1, 2])
+    n, cin, cout = g.choice([1, 2, 3]), g.choice([3, 4, 8, 16]) * groups, g.choice([8, 16, 24, 32]) * groups
+    h, w = g.choice([5, 7, 8, 12, 16]), g.choice([5, 6, 8, 9, 16])
+    kh, kw = g.choice([1, 2, 3]), g.choice([1, 3])
+    stride = [g.choice([1, 1, 2]), g.choice([1, 1, 2])]
+    pads = [(g.randint(0, 1), g.randint(0, 1)) for _ in range(2)]
+    rd = [g.choice([1, 1, 2]) for _ in range(2)]
+    out_sp = []
+    for d, kk, s, (lo, hi), r in zip((h, w), (kh, kw), stride, pads, rd):
+        eff = (kk - 1) * r + 1
+        if d + lo + hi < eff:
+            raise GenRefused("window larger than the input")
+        out_sp.append((d + lo + hi - eff) // s + 1)
+    lhs_l, rhs_l, out_l = ["b", "0", "1", "f"], ["0", "1", "i", "o"], ["b", "0", "1", "f"]
+    for lst in (lhs_l, rhs_l, out_l):
+        if g.chance(0.4):
+            g.rng.shuffle(lst)
+    size = {"b": n, "f": cin, "0": h, "1": w}
+    lhs = g.like([size[c] for c in lhs_l], et, fresh_p=0.9)
+    rsize = {"i": cin // groups, "o": cout, "0": kh, "1": kw}
+    rhs = g.like([rsize[c] for c in rhs_l], et, exact=is_float(et), fresh_p=0.9)
+    if is_float(et) and not g.cfg.allows("conv-nonfinite-weights"):
+        rhs = _finite(g, rhs)
+    osize = {"b": n, "f": cout, "0": out_sp[0], "1": out_sp[1]}
+    window = [f"size={kh}x{kw}"]
+    if stride != [1, 1]:
+        window.append(f"stride={stride[0]}x{stride[1]}")
+    if any(p != (0, 0) for p in pads):
+        window.append("pad=" + "x".join(f"{lo}_{hi}" for lo, hi in pads))
+    if rd != [1, 1]:
+        window.append(f"rhs_dilate={rd[0]}x{rd[1]}")
+    attrs = ["window={" + " ".join(window) + "}", f"dim_labels={''.join(lhs_l)}_{''.join(rhs_l)}->{''.join(out_l)}"]
+    if groups > 1:
+        attrs.append(f"feature_group_count={groups}")
+    exact = lhs.exact and rhs.exact and not is_float(et)
+    g.stats.features.add("conv2d")
+    return g.emit("convolution", g.shape(et, [osize[c] for c in out_l]), [lhs, rhs], attrs, exact=exact)

@@ -215,7 +215,8 @@ def gen_bitcast(g: Gen) -> Value:
     """A reinterpretation of the physical buffer: another shape of the same byte size (any
     layouts), or the same dims as another type of the same width."""
     x = g.pick_or_refuse(lambda v: not v.shape.tiles)
-    if g.chance(0.25) and x.exact and x.shape.et != "pred" and same_width_types(x.shape.et):
+    if g.chance(0.25) and x.exact and x.shape.et != "pred" and same_width_types(x.shape.et) and \
+            g.cfg.allows("bitcast-type-change"):
         et = g.choice(same_width_types(x.shape.et))
         return g.emit("bitcast", FShape(et, x.shape.dims, x.shape.m2m), [x])
     dims = reshaped_dims(g, x.shape)
@@ -237,3 +238,26 @@ def gen_tuple(g: Gen) -> Value:
 
 
 __all__ = ["factor_dims", "reshaped_dims", "index_scalars", "is_float", "is_int"]
+
+
+@op_generator("transpose-tile", weight=1)
+def gen_transpose_tile(g: Gen) -> Value:
+    """A transpose the shared-memory emitter takes: the minor dimension moves and both sides are
+    at least a tile wide (8- and 16-bit types get the packed variant)."""
+    et = g.choice(["f32", "f16", "bf16", "s8", "u8", "pred", "s16", "f64", "s32"])
+    rank = g.choice([2, 2, 3, 3, 4])
+    big = (32, 33, 40, 64, 65, 100, 128)
+    dims = [g.choice((1, 2, 3, 4)) for _ in range(rank)]
+    dims[-1], dims[0] = g.choice(big), g.choice(big)
+    if prod(dims) > 16384:
+        dims[0] = max(1, 16384 // prod(dims[1:]))
+    x = g.like(dims, et, fresh_p=0.7)
+    perm = list(range(rank))
+    perm[0], perm[-1] = perm[-1], perm[0]
+    if rank > 2 and g.chance(0.5):
+        mid = perm[1:-1]
+        g.rng.shuffle(mid)
+        perm[1:-1] = mid
+    g.stats.features.add("transpose-tile")
+    return g.emit("transpose", FShape(et, tuple(dims[p] for p in perm)), [x],
+                  [f"dimensions={{{','.join(map(str, perm))}}}"])

@@ -112,6 +112,8 @@ class Worker:
 
     def _lost(self, status: str, detail: str) -> dict:
         req, stage = self.request, self.stage or "reference"
+        if stage == "xla":  # XLA's own crash: counted apart from ours
+            status = f"xla-{status}"
         self.kill()
         self._start()
         self.request = None

@@ -219,12 +219,28 @@ op("or")(_binary(None, _pred_or_int(np.logical_or, np.bitwise_or)))
 op("xor")(_binary(None, _pred_or_int(np.logical_xor, np.bitwise_xor)))
 
 
+def _mulhi64(a, b, signed: bool) -> np.ndarray:
+    """High 64 bits of the 128-bit product, from 32-bit limbs (numpy has no 128-bit integer).
+    The signed high word is the unsigned one minus ``b`` where ``a < 0`` and ``a`` where ``b < 0``."""
+    ua = np.asarray(a).astype(np.uint64)
+    ub = np.asarray(b).astype(np.uint64)
+    mask, s32 = np.uint64(0xFFFFFFFF), np.uint64(32)
+    al, ah, bl, bh = ua & mask, ua >> s32, ub & mask, ub >> s32
+    hl, lh = ah * bl, al * bh
+    cross = ((al * bl) >> s32) + (hl & mask) + (lh & mask)
+    hi = ah * bh + (hl >> s32) + (lh >> s32) + (cross >> s32)
+    if signed:
+        hi = hi - np.where(np.asarray(a) < 0, ub, np.uint64(0)) - np.where(np.asarray(b) < 0, ua, np.uint64(0))
+        return hi.astype(np.int64)
+    return hi
+
+
 @op("mulhi")
 def _mulhi(ev, inst, ops):
     et = _et(inst)
     bits = bit_width(et)
     if bits > 32:
-        raise NotImplementedError("mulhi on 64-bit integers")
+        return result(_mulhi64(ops[0], ops[1], kind(et) == "signed"), et)
     wide = np.int64 if kind(et) == "signed" else np.uint64
     p = np.asarray(ops[0]).astype(wide) * np.asarray(ops[1]).astype(wide)
     return result(p >> bits, et)
