@@ -221,3 +221,103 @@ def test_reshape_between_shapes_without_elements():
     from hlo_compile.indexing.reshape_maps import reshape_map
     assert reshape_map((0, 2, 0), (5, 0)).is_known_empty()
     _all_match(RESHAPE_ZERO_SIZE, 8168)
+
+
+# Same-rank operands that differ in size-1 dims (a degenerate broadcast: XLA's verifier accepts
+# it, the interpreter stretches the size-1 dims): the host read the operand at the result's
+# index, past its end (3 of 15 elements wrong, seed 700038).
+DEGENERATE_BROADCAST = """HloModule fuzz_700038
+ENTRY main {
+  a = f32[3,2]{1,0} parameter(0)
+  b = f32[3,1]{1,0} parameter(1)
+  c = f32[1,4,1]{2,1,0} parameter(2)
+  d = f32[3,4,5]{2,1,0} parameter(3)
+  gt = pred[3,2]{1,0} compare(a, b), direction=GT
+  s = f32[3,4,5]{2,1,0} add(c, d)
+  m = f32[3,4,5]{0,1,2} multiply(d, c)
+  ROOT t = (pred[3,2]{1,0}, f32[3,4,5]{2,1,0}, f32[3,4,5]{0,1,2}) tuple(gt, s, m)
+}
+"""
+
+
+def test_degenerate_broadcast_stretches_size_one_dims():
+    _all_match(DEGENERATE_BROADCAST, 700038)
+    from hlo_compile.indexing.op_maps import output_to_input
+    add = parse_module(DEGENERATE_BROADCAST).entry.instruction("s")
+    read_c = output_to_input(add, 0)[0][0]
+    assert "(d0, d1, d2) -> (0, d1, 0)" in str(read_c), str(read_c)
+
+
+# Zero-element operands: a reduce over a zero-size dim (every output is the init value) divided
+# by zero choosing the multi-row reduction variant, and a packed (8/16-bit) transpose with a
+# zero-size dim divided by zero sizing its tile (seed 730135). Both now take the loop emitter.
+ZERO_SIZE_REDUCE = """HloModule zr
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[64,0]{1,0} parameter(0)
+  y = f32[0,64]{1,0} parameter(1)
+  z = f32[] constant(1)
+  r1 = f32[64]{0} reduce(x, z), dimensions={1}, to_apply=add
+  r2 = f32[64]{0} reduce(y, z), dimensions={0}, to_apply=add
+  r3 = f32[] reduce(x, z), dimensions={0,1}, to_apply=add
+  ROOT t = (f32[64]{0}, f32[64]{0}, f32[]) tuple(r1, r2, r3)
+}
+"""
+
+ZERO_SIZE_TRANSPOSE = """HloModule fuzz_730135
+ENTRY main {
+  a = bf16[5,0,16]{2,1,0} parameter(0)
+  b = s8[0,64,40]{2,1,0} parameter(1)
+  t1 = bf16[0,16,5]{2,1,0} transpose(a), dimensions={1,2,0}
+  t2 = s8[40,64,0]{2,1,0} transpose(b), dimensions={2,1,0}
+  ROOT t = (bf16[0,16,5]{2,1,0}, s8[40,64,0]{2,1,0}) tuple(t1, t2)
+}
+"""
+
+
+@pytest.mark.parametrize("text", [ZERO_SIZE_REDUCE, ZERO_SIZE_TRANSPOSE], ids=["reduce", "transpose"])
+def test_zero_element_heroes_take_the_loop_emitter(text):
+    _all_match(text, 730135)
+
+
+# A bitcast that changes the element type (same width) in ENTRY, read by an in-place
+# dynamic-update-slice: the runtime's copy into the DUS's own buffer went through numpy's typed
+# copy, which refuses int32 -> uint32 (a crash, not a wrong result). Buffers are bytes.
+BITCAST_TYPE_CHANGE_IN_PLACE = """HloModule btc
+ENTRY main {
+  a = s32[8]{0} parameter(0)
+  u = u32[2]{0} parameter(1)
+  i = s32[] parameter(2)
+  b = u32[8]{0} bitcast(a)
+  ROOT d = u32[8]{0} dynamic-update-slice(b, u, i)
+}
+"""
+
+
+def test_bitcast_changing_the_type_feeds_an_in_place_update():
+    _all_match(BITCAST_TYPE_CHANGE_IN_PLACE, 5)
+
+
+# Convolution weights that are inf/NaN over the padding: the padded input is zeros multiplied
+# like any other element (0 * inf = NaN), which is what XLA:CPU computes for this module
+# (recorded: every output NaN); the elemental convolution skipped padded taps (-inf, inf).
+CONV_NONFINITE_WEIGHTS = """HloModule cnf
+ENTRY main {
+  x = f32[1,4,1]{2,1,0} parameter(0)
+  w = f32[3,1,1]{2,1,0} constant({ {{inf}}, {{1}}, {{-inf}} })
+  ROOT c = f32[1,4,1]{2,1,0} convolution(x, w), window={size=3 pad=1_1}, dim_labels=b0f_0io->b0f
+}
+"""
+
+
+def test_convolution_multiplies_padding_zeros_by_nonfinite_weights():
+    import numpy as np
+    from hlo_compile.fuzz.runner import run_host
+    _all_match(CONV_NONFINITE_WEIGHTS, 3)
+    for fusion in (True, False):
+        (out,) = run_host(CONV_NONFINITE_WEIGHTS, [np.array([[[1], [2], [3], [4]]], np.float32)], fusion)
+        assert np.isnan(out).all(), out.ravel()

@@ -133,10 +133,20 @@ def _convolution(fe, inst: HloInstruction, index):
         lidx[dn.input_feature_dimension] = b.add(b.mul(g, kb.index(in_feat)), c)
         kidx[dn.kernel_input_feature_dimension] = c
         kidx[dn.kernel_output_feature_dimension] = o
-        with kb.if_(kb.all_of(conds)), fe.scope():
-            x = fe.value(lhs, lidx)
-            wv = fe.value(rhs, kidx)
-            acc.add_product(x, lhs.shape.element_type, wv, rhs.shape.element_type)
+        if not acc.et.startswith("f"):
+            with kb.if_(kb.all_of(conds)), fe.scope():
+                acc.add_product(fe.value(lhs, lidx), lhs.shape.element_type, fe.value(rhs, kidx),
+                                rhs.shape.element_type)
+            return
+        # Floats: padding and base-dilation holes are zeros that are multiplied like any input
+        # (an inf/NaN weight over them gives NaN, as with XLA's zero-padded input).
+        with b.if_else(kb.all_of(conds)) as (inside, outside):
+            with inside, fe.scope():
+                acc.add_product(fe.value(lhs, lidx), lhs.shape.element_type, fe.value(rhs, kidx),
+                                rhs.shape.element_type)
+            with outside, fe.scope():
+                zero = ir.Constant(compute_type(acc.et), 0)
+                acc.add_product(zero, acc.et, fe.value(rhs, kidx), rhs.shape.element_type)
     if math.prod(sizes) * in_feat > 0:
         _nest(fe, [*sizes, in_feat], body)
     return acc.result()

@@ -141,9 +141,17 @@ class FusedEmitter:
         return v
 
     def operand_value(self, inst: HloInstruction, i: int, index: Sequence[ir.Value]):
-        """Operand ``i`` of an elementwise ``inst`` (scalar operands are read at ``()``)."""
+        """Operand ``i`` of an elementwise ``inst``: scalar operands are read at ``()``, and a
+        same-rank operand's size-1 dims that stretch over the result's (degenerate broadcast,
+        which the verifier accepts) at 0."""
         op = inst.operands[i]
-        return self.value(op, index if op.shape.rank == len(index) else ())
+        if op.shape.rank != len(index):
+            return self.value(op, ())
+        dims = op.shape.dimensions
+        if any(d == 1 and o != 1 for d, o in zip(dims, inst.shape.dimensions)):
+            zero = ir.Constant(index[0].type, 0)
+            index = [zero if d == 1 and o != 1 else x for x, d, o in zip(index, dims, inst.shape.dimensions)]
+        return self.value(op, index)
 
     def _emit(self, inst: HloInstruction, index: Sequence[ir.Value]):
         from .index_ops import INDEX_OPS

@@ -139,6 +139,8 @@ def is_reduction_from_or_to_contiguous_dimensions(reduce: HloInstruction,
     the reduction emitter beats one thread per output element."""
     if reduce.opcode != "reduce":
         return False
+    if reduce.operands[0].shape.element_count() == 0:
+        return False  # every output is the init value (XLA's simplifier makes it a broadcast)
     try:
         dims = reduction_dimensions(reduce)
     except ValueError:

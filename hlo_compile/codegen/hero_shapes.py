@@ -144,8 +144,8 @@ def _normalize_transpose(inst: HloInstruction) -> tuple[list[int], list[int]]:
 def transpose_description(inst: HloInstruction) -> TransposeDescription | None:
     """``GetDescriptionForTiledTransposeEmitter``: the normalised transpose if a shared-memory
     transpose emitter handles it (packed, minor dim kept, or minor dim swapped), else None."""
-    if inst.opcode != "transpose":
-        return None
+    if inst.opcode != "transpose" or inst.shape.element_count() == 0:
+        return None  # nothing to move (XLA removes zero-sized instructions before emission)
     for s in (inst.shape, inst.operands[0].shape):
         if tuple(s.minor_to_major) != tuple(range(s.rank - 1, -1, -1)):
             return None  # XLA normalises layouts first; a non-default one is not a logical transpose

@@ -54,10 +54,27 @@ def _elementwise(inst, out: int) -> list[Entry]:
         if op.shape.rank == 0 and inst.shape.rank != 0:
             res.append([scalar_read_map(inst.shape)])
         elif tuple(op.shape.dimensions) != tuple(inst.shape.dimensions):
-            res.append(None)
+            res.append(_degenerate_read_map(op.shape, inst.shape))
         else:
             res.append([IndexingMap.identity(inst.shape.dimensions)])
     return res
+
+
+def _degenerate_read_map(op_shape, out_shape) -> Entry:
+    """Same-rank operand whose size-1 dims stretch over the result's (the verifier accepts
+    this degenerate broadcast; XLA's builder would have written a broadcast): those dims read
+    index 0, ``(d0, d1) -> (d0, 0)``."""
+    if op_shape.rank != out_shape.rank:
+        return None
+    exprs = []
+    for i, (a, b) in enumerate(zip(op_shape.dimensions, out_shape.dimensions)):
+        if a == b:
+            exprs.append(A.dim(i))
+        elif a == 1:
+            exprs.append(A.const(0))
+        else:
+            return None
+    return [IndexingMap.make(exprs, _ds(out_shape))]
 
 
 def _broadcast(inst, out: int) -> list[Entry]:
