@@ -111,8 +111,8 @@ def compile_section(ns) -> dict:
         parse_s = time.perf_counter() - t0
         result = run_pipeline(module, options)
         total = time.perf_counter() - t0
-        stages = {"parse": parse_s, **result.compilation.module_seconds}
-        rows.append(_row(name, total, "s", kernels=len(result.compilation.plan.kernels),
+        stages = {"parse": parse_s, **result.module_seconds}
+        rows.append(_row(name, total, "s", kernels=len(result.plan.kernels),
                          stage_seconds=stages, skipped=sorted(result.skipped)))
     return {"method": "parse_module + run_pipeline(all stages, arch sm_90), one run, in this process",
             "rows": rows}

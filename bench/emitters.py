@@ -120,7 +120,7 @@ def bind(exe, args, with_copies: bool = False):
     p, values, launches = exe.platform, {}, []
     for inst in exe.module.entry.instructions:
         if inst.opcode == "parameter":
-            values[inst] = exe._upload_value(args[inst.parameter_number], inst.shape)
+            values[inst] = exe.upload_value(args[inst.parameter_number], inst.shape)
         elif inst.opcode == "constant":
             values[inst] = exe.constant(inst)
         elif inst.opcode == "bitcast":

@@ -133,8 +133,8 @@ def time_compile(arch: str | None) -> dict:
             t0 = time.perf_counter()
             result = run_pipeline(parse_module(text, str(GELU_PATH)), options, dump_to=dump)
             seconds = time.perf_counter() - t0
-            c = result.compilation
-            out[label] = {"seconds": seconds, "stage_seconds": {k: round(v, 6) for k, v in c.module_seconds.items()},
+            stage_seconds = {k: round(v, 6) for k, v in result.module_seconds.items()}
+            out[label] = {"seconds": seconds, "stage_seconds": stage_seconds,
                           "skipped_stages": result.skipped, "arch": options.arch}
     return out
 

@@ -1,7 +1,12 @@
 """hlo-compile's command line: stages to stdout or a file, the binary cubin stage, XLA's bare
-fusion test files (--as-fusion), errors as messages with exit status 2."""
+fusion test files (--as-fusion), errors as messages with exit status 2; the one driver loop both
+tools build through: the same dump from hlo-run as from hlo-compile, each stage run once, frozen
+options."""
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -60,3 +65,100 @@ def test_unsupported_element_type_is_exit_2_without_traceback(tmp_path):
     assert r.exit_code == 2 and "c64" in r.output and "Traceback" not in r.output
     r = _invoke(run_main, path, "--platform=host")
     assert r.exit_code == 2 and "c64" in r.output and "Traceback" not in r.output
+
+
+# ---- the one driver loop ------------------------------------------------------------------------
+
+def _dump(directory: Path) -> tuple[dict[str, bytes], dict]:
+    """(every file but the summaries, summary.json without its timings)."""
+    files = {p.name: p.read_bytes() for p in directory.iterdir() if not p.name.endswith("summary.json")}
+    summary = json.loads((directory / "summary.json").read_text())
+    summary.pop("stage_seconds")
+    for k in summary["kernels"]:
+        assert set(k.pop("stage_seconds")) == {"llvm"}
+    return files, summary
+
+
+@pytest.mark.parametrize("example", ["gelu.hlo", "tiled_layout.hlo"])
+def test_hlo_run_dumps_what_hlo_compile_dumps(tmp_path, example):
+    path = ROOT / "examples" / example
+    r = _invoke(compile_main, path, "--dump-to", tmp_path / "compile")
+    assert r.exit_code == 0, r.output
+    r = _invoke(run_main, path, "--platform=host", "--dump-to", tmp_path / "run")
+    assert r.exit_code == 0 and "results match" in r.output, r.output
+    compiled, compiled_summary = _dump(tmp_path / "compile")
+    ran, ran_summary = _dump(tmp_path / "run")
+    assert sorted(ran) == sorted(compiled) and ran == compiled
+    assert ran_summary == compiled_summary
+    assert any(n.endswith(".ir-no-opt.ll") for n in ran)
+
+
+def _count_calls(monkeypatch, module, names: list[str], calls: Counter) -> None:
+    for name in names:
+        real = getattr(module, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(module, name, counted)
+
+
+@pytest.mark.parametrize("tool", ["hlo-compile", "hlo-run"])
+def test_each_stage_runs_once(monkeypatch, tmp_path, tool):
+    from hlo_compile import stages
+    from hlo_compile.codegen import compiler
+    from hlo_compile.runtime import host_platform
+    calls: Counter = Counter()
+    _count_calls(monkeypatch, compiler, ["run_passes"], calls)
+    _count_calls(monkeypatch, stages, ["plan_prepared_module", "compile_to_ptx", "run_ptxas"], calls)
+    _count_calls(monkeypatch, host_platform, ["compile_host_kernel"], calls)
+    if tool == "hlo-compile":
+        r = _invoke(compile_main, GELU, "--dump-to", tmp_path / "d")
+    else:
+        r = _invoke(run_main, GELU, "--platform=host", "--dump-to", tmp_path / "d")
+    assert r.exit_code == 0, r.output
+    assert calls["run_passes"] == calls["plan_prepared_module"] == calls["compile_to_ptx"] == 1, calls
+    assert calls["run_ptxas"] <= 1 and calls["compile_host_kernel"] == (tool == "hlo-run"), calls
+
+
+def test_a_stage_only_the_dump_needs_cannot_fail_a_run(monkeypatch, tmp_path):
+    from hlo_compile import stages
+    from hlo_compile.codegen.errors import CodegenError
+
+    def broken(*args, **kwargs):
+        raise CodegenError("LLVM could not parse the module: boom")
+    monkeypatch.setattr(stages, "compile_to_ptx", broken)
+    r = _invoke(run_main, GELU, "--platform=host", "--dump-to", tmp_path / "run")
+    assert r.exit_code == 0 and "results match" in r.output, r.output
+    assert "the dump of gelu is incomplete: stage 'llvm-opt': LLVM could not parse the module: boom" in r.output
+    assert "stage 'ptx' skipped: stage 'llvm-opt' failed" in r.output
+    names = {p.name for p in (tmp_path / "run").iterdir()}
+    assert "module_0000.gelu.ir-no-opt.ll" in names and "module_0000.gelu.ptx" not in names
+    r = _invoke(compile_main, GELU, "--dump-to", tmp_path / "compile")  # there, the dump is the product
+    assert r.exit_code == 2 and "boom" in r.output
+
+
+def test_compile_options_are_frozen_and_hashable():
+    from hlo_compile.options import CompileOptions
+    a, b = CompileOptions(arch="sm_90"), CompileOptions(arch="sm_90")
+    assert a == b and hash(a) == hash(b) and len({a, b, CompileOptions()}) == 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.arch = "sm_80"  # type: ignore[misc]
+    assert dataclasses.replace(a, fusion=False) != a and a.fusion
+
+
+def test_a_platform_gives_its_own_options_to_the_pipeline():
+    from hlo_compile import parse_module
+    from hlo_compile.options import CompileOptions
+    from hlo_compile.runtime.executable import compile_executable
+    from hlo_compile.runtime.host_platform import HostPlatform
+
+    class Sm90Host(HostPlatform):
+        def compile_options(self, options):
+            return dataclasses.replace(options, arch="sm_90")
+
+    asked = CompileOptions(dot_tensor_cores=True)
+    exe = compile_executable(parse_module(GELU.read_text()), Sm90Host(), asked)
+    assert exe.pipeline.options == dataclasses.replace(asked, arch="sm_90") and asked.arch == "sm_80"
+    assert exe.plan.device.arch == "sm_90" and set(exe.kernels) == {k.fusion.name for k in exe.plan.kernels}
+    assert {"hlo", "fusions", "programs", "kernels"} <= set(exe.pipeline.module_seconds)

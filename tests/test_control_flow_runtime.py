@@ -365,3 +365,114 @@ def test_jax_control_flow_cases(corpus, case, hlo):
         pytest.skip(f"{case}/{hlo} not in the corpus")
     result = run_case(case_dir, hlo, run=lambda m, a: compile_executable(m, "host").run(a))
     assert result.ok, result.report()
+
+
+# ---- the runtime steps, one by one --------------------------------------------------------------
+
+STEPS = """HloModule m
+fused_neg {
+  p = f32[4,2] parameter(0)
+  ROOT n = f32[4,2] negate(p)
+}
+ENTRY e {
+  x = f32[8] parameter(0)
+  k = f32[8] constant({1, 2, 3, 4, 5, 6, 7, 8})
+  b = f32[4,2] bitcast(x)
+  n = f32[4,2] fusion(b), kind=kLoop, calls=fused_neg
+  t = (f32[8], f32[4,2]) tuple(k, n)
+  o = (f32[8], f32[4,2]) opt-barrier(t)
+  ROOT g = f32[4,2] get-tuple-element(o), index=1
+}"""
+
+
+def _inst(module, name):
+    return next(i for i in module.entry.instructions if i.name == name)
+
+
+def _frame(params=(), kernels=None):
+    from hlo_compile.runtime.steps import ConstantPool, Frame, Resources
+    return Frame(Resources(kernels or {}, ConstantPool()), list(params))
+
+
+def _scalar(platform, value, et):
+    from hlo_compile.hlo.shape import Shape
+    from hlo_compile.runtime.values import upload_value
+    return upload_value(platform, np.asarray(value), Shape.array(et, ()))
+
+
+def test_each_simple_step_runs():
+    from hlo_compile.runtime.host_platform import HostPlatform
+    from hlo_compile.runtime.steps import (Bitcast, Constant, GetTupleElement, KernelLaunch, MakeTuple, Parameter,
+                                           PassThrough)
+    from hlo_compile.runtime.values import download_value, upload_value
+    host = compile_executable(_parse(STEPS), "host")
+    m, p = host.module, HostPlatform()
+    x = np.arange(8, dtype=np.float32)
+    frame = _frame([upload_value(p, x, _inst(m, "x").shape)], host.kernels)
+    for step in (Parameter(_inst(m, "x")), Constant(_inst(m, "k")), Bitcast(_inst(m, "b"))):
+        step.run(p, frame)
+    assert frame.values[_inst(m, "x")] is frame.params[0]
+    assert frame.values[_inst(m, "b")].data is frame.params[0].data
+    assert frame.values[_inst(m, "b")].shape == _inst(m, "b").shape
+    Constant(_inst(m, "k")).run(p, frame)  # uploaded once, shared by every use
+    assert len(frame.resources.constants) == 1
+    n = _inst(m, "n")
+    KernelLaunch(n, host.plan.kernel_for(n)).run(p, frame)
+    assert list(frame.owned.values()) == [frame.values[n].data]  # the launch owns its output
+    for step in (MakeTuple(_inst(m, "t")), PassThrough(_inst(m, "o")), GetTupleElement(_inst(m, "g"))):
+        step.run(p, frame)
+    assert frame.values[_inst(m, "o")] is frame.values[_inst(m, "t")]
+    np.testing.assert_array_equal(download_value(p, frame.values[_inst(m, "g")]), -x.reshape(4, 2))
+    np.testing.assert_array_equal(download_value(p, frame.values[_inst(m, "t")])[0], np.arange(1, 9))
+
+
+class _CountingProgram:
+    """A stand-in program: counts its runs; ``result`` maps the argument to the root's value."""
+
+    def __init__(self, result):
+        self.result, self.runs = result, 0
+
+    def run(self, platform, resources, params):
+        self.runs += 1
+        return self.result(params[0]), {}
+
+
+def test_while_step_runs_body_until_the_predicate_is_false():
+    from hlo_compile.runtime.control_flow import While
+    from hlo_compile.runtime.host_platform import HostPlatform
+    from hlo_compile.runtime.values import read_scalar
+    p = HostPlatform()
+    w = _inst(_parse(COUNTER_ACC), "w")
+    cond = _CountingProgram(lambda s: _scalar(p, read_scalar(p, s) < 3, "pred"))
+    body = _CountingProgram(lambda s: _scalar(p, read_scalar(p, s) + 1, "s32"))
+    frame = _frame()
+    frame.values[w.operands[0]] = _scalar(p, 0, "s32")
+    While(w, cond, body).run(p, frame)
+    assert (cond.runs, body.runs, int(read_scalar(p, frame.values[w]))) == (4, 3, 3)
+
+
+@pytest.mark.parametrize("selector,et,taken", [(True, "pred", 0), (False, "pred", 1), (1, "s32", 1),
+                                               (7, "s32", 2), (-1, "s32", 2)])
+def test_conditional_step_runs_the_selected_branch(selector, et, taken):
+    from hlo_compile.runtime.control_flow import Conditional
+    from hlo_compile.runtime.host_platform import HostPlatform
+    p = HostPlatform()
+    c = _inst(_parse(INDEXED), "c")
+    n = 2 if et == "pred" else 3
+    branches = [_CountingProgram(lambda arg, i=i: (i, arg)) for i in range(n)]
+    frame = _frame()
+    frame.values[c.operands[0]] = _scalar(p, selector, et)
+    for i, o in enumerate(c.operands[1:]):
+        frame.values[o] = f"operand {i + 1}"
+    Conditional(c, branches, by_index=et == "s32").run(p, frame)
+    assert frame.values[c] == (taken, f"operand {taken + 1}")
+    assert [b.runs for b in branches] == [int(i == taken) for i in range(n)]
+
+
+def test_every_opcode_of_a_program_is_a_step():
+    from hlo_compile.runtime.program import STEP_TYPES
+    exe = compile_executable(_parse(NESTED), "host")
+    kinds = {type(s).__name__ for prog in exe.programs.values() for s in prog.steps}
+    assert {"Parameter", "Constant", "GetTupleElement", "MakeTuple", "KernelLaunch", "While"} <= kinds
+    assert set(STEP_TYPES) == {"parameter", "constant", "bitcast", "opt-barrier", "get-tuple-element", "tuple",
+                               "fusion", "while", "conditional"}

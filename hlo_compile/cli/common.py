@@ -16,6 +16,7 @@ from typing import Callable, Iterable
 
 import click
 
+from ..hlo import HloModule, parse_module, parse_modules
 from ..hlo.errors import HloError, HloParseError, SourceLocation
 
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
@@ -24,7 +25,7 @@ LLVMLITE_FLOOR = (0, 48)
 
 # (variable, what it does); shown by --help and the README
 ENVIRONMENT: list[tuple[str, str]] = [
-    ("HLO_COMPILE_ARCH", "default of hlo-compile --arch (e.g. sm_90)"),
+    ("HLO_COMPILE_ARCH", "default of hlo-compile --arch (e.g. sm_90); what hlo-run plans and dumps for on the host"),
     ("HLO_COMPILE_TENSOR_CORES", "default of --tensor-cores (1/true or 0/false)"),
     ("HLO_HOST_THREADS", "OS threads one launch on the host platform may use (default: the CPUs this process may use)"),
     ("HLO_COMPILE_LARK_ONLY", "1: parse with the Lark parser only, without the hand-written fast path"),
@@ -256,6 +257,19 @@ def read_source(path: str) -> tuple[str, str]:
     return text.removeprefix("\ufeff"), name
 
 
+def read_modules(path: str, split_input_file: bool = False, as_fusion: bool = False) -> list[HloModule]:
+    """The modules of an input file (``-``: standard input): one, or those between
+    ``// -----`` lines; with ``as_fusion``, each a bare fused computation wrapped as one fusion."""
+    text, name = read_source(path)
+    modules = parse_modules(text, name) if split_input_file else [parse_module(text, name)]
+    if not modules:
+        raise UserError(f"{name}: no HLO module in the file (only comments and '// -----' lines)")
+    if as_fusion:
+        from ..passes.wrap_fusions import wrap_entry_as_fusion
+        modules = [wrap_entry_as_fusion(m) for m in modules]
+    return modules
+
+
 def _byte_location(data: bytes, offset: int, name: str) -> SourceLocation:
     line = data.count(b"\n", 0, offset) + 1
     start = data.rfind(b"\n", 0, offset) + 1
@@ -327,6 +341,13 @@ def check_arch(arch: str, flag: str = "--arch") -> str:
         return key
     raise UserError(f"{flag}={arch}: unsupported GPU architecture; supported: {', '.join(known)} "
                     "(Ampere and newer)")
+
+
+def default_arch() -> str:
+    """The GPU to plan for when no --arch is given: ``HLO_COMPILE_ARCH`` (checked), else sm_80.
+    hlo-run's host platform plans and dumps for it; the cuda platform uses its own GPU's."""
+    value = os.environ.get("HLO_COMPILE_ARCH", "").strip()
+    return check_arch(value, flag="HLO_COMPILE_ARCH") if value else "sm_80"
 
 
 def one_of(value: str, choices: Iterable[str], flag: str) -> str:

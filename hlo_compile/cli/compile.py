@@ -7,14 +7,15 @@ Every flag is checked before any work; errors read ``file:line:col: error: ...``
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import click
 
-from ..hlo import HloError, parse_module, parse_modules
-from ..pipeline import STAGE_ALIASES, STAGES, UNAVAILABLE_STAGES, CompileOptions, run_pipeline, stage
+from ..dump import DumpDirectory
+from ..hlo import HloError
+from ..options import CompileOptions
+from ..pipeline import STAGE_ALIASES, STAGES, UNAVAILABLE_STAGES, run_pipeline, stage
 from . import common
 from .common import EXIT_ERROR, STDIN, UserError
 
@@ -158,13 +159,7 @@ def _main(file, dump_to, emit, passes, output, arch, platform, input_format, ten
     dump_to = common.dump_dir(dump_to) if chosen is None else None
     common.prepare_dump_dir(dump_to)
     options = CompileOptions(arch=arch, dot_tensor_cores=tensor_cores, fusion=fusion)
-    text, name = common.read_source(file)
-    modules = parse_modules(text, name) if split_input_file else [parse_module(text, name)]
-    if not modules:
-        raise UserError(f"{name}: no HLO module in the file (only comments and '// -----' lines)")
-    if as_fusion:
-        from ..passes.wrap_fusions import wrap_entry_as_fusion
-        modules = [wrap_entry_as_fusion(m) for m in modules]
+    modules = common.read_modules(file, split_input_file, as_fusion)
     if chosen is not None:
         from .pass_list import run_chosen
         outputs: list[str | bytes] = [run_chosen(m, chosen, options).to_text("short" if short_form else "long")
@@ -172,26 +167,24 @@ def _main(file, dump_to, emit, passes, output, arch, platform, input_format, ten
         _write_outputs(outputs, output)
         return
     outputs = []
-    summaries, files = [], 0
+    dump = DumpDirectory(dump_to) if dump_to is not None else None
+    files = 0
     notes: dict[str, str] = {}
     for i, module in enumerate(modules):
-        result = run_pipeline(module, options, emit=stage_name or ("hlo" if dump_to is None else None),
-                              dump_to=dump_to, module_index=i)
+        result = run_pipeline(module, options, emit=stage_name or ("hlo" if dump is None else None),
+                              dump_to=dump, module_index=i)
         notes.update(result.skipped)
         if result.writer is not None:
             files += len(result.writer.written)
-            summaries.append(json.loads((dump_to / "summary.json").read_text()))
         shown = stage_name or "hlo"
         if shown == "hlo" and short_form:
-            outputs.append(result.compilation.module.to_text("short"))
-        elif stage_name is not None or dump_to is None:
+            outputs.append(result.module.to_text("short"))
+        elif stage_name is not None or dump is None:
             outputs.append(result.artifacts[shown])
     for skipped, why in notes.items():
         common.note(PROG, f"stage '{skipped}' skipped: {why}")
-    if dump_to is not None and len(summaries) > 1:
-        (dump_to / "summary.json").write_text(json.dumps({"modules": summaries}, indent=1) + "\n")
     _write_outputs(outputs, output)
-    if dump_to is not None:
+    if dump is not None:
         click.echo(f"{PROG}: wrote {files} files of {len(modules)} module(s) to {dump_to}", err=True)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from ..hlo import parse_module, parse_modules
+from ..dump import DumpDirectory
 from ..hlo.errors import HloError
 from . import common
 from .common import EXIT_ERROR, EXIT_MISMATCH, EXIT_OK, UserError
@@ -77,15 +77,21 @@ def _translate(argv: list[str]) -> list[str]:
                                       refused=_REFUSED, prog=PROG)
 
 
-def _runner(platform: str, module, seed, tensor_cores: bool = False, graph: bool = False, fusion: bool = True):
+def _runner(platform: str, module, seed, tensor_cores: bool = False, graph: bool = False, fusion: bool = True,
+            dump: tuple[DumpDirectory, int] | None = None):
     """A function running ``module`` on ``platform`` (compiled once, run many times); with
-    ``graph``, (graph runner, plain runner) when the module can be one CUDA graph."""
+    ``graph``, (graph runner, plain runner) when the module can be one CUDA graph; with
+    ``dump`` (directory, module number), the compilation's stages are dumped as hlo-compile's."""
     if platform == "interpreter":
         from ..interpreter import evaluate_module
         return lambda args: evaluate_module(module, args, seed=seed)
     from ..options import CompileOptions
-    from ..runtime.executable import compile_executable
-    exe = compile_executable(module, platform, CompileOptions(dot_tensor_cores=tensor_cores, fusion=fusion))
+    from ..runtime import executable
+    options = CompileOptions(arch=common.default_arch(), dot_tensor_cores=tensor_cores, fusion=fusion)
+    where = {} if dump is None else {"dump_to": dump[0], "module_index": dump[1]}
+    exe = executable.compile_executable(module, platform, options, **where)
+    if dump is not None:
+        _dump_notes(module, exe.pipeline)
     if not graph:
         return exe.run
     from ..runtime.graph import ModuleGraph, unsupported_reason
@@ -94,6 +100,15 @@ def _runner(platform: str, module, seed, tensor_cores: bool = False, graph: bool
         click.echo(f"{module.name}: CUDA graph not used ({why}); running plain launches", err=True)
         return exe.run
     return ModuleGraph(exe), exe.run
+
+
+def _dump_notes(module, result) -> None:
+    """What the dump could not hold: stages that cannot run here, stages that failed (the run
+    goes on: it did not need them)."""
+    for stage_name, why in result.skipped.items():
+        common.note(PROG, f"dump of {module.name}: stage '{stage_name}' skipped: {why}")
+    for stage_name, message in result.dump_errors.items():
+        common.note(PROG, f"the dump of {module.name} is incomplete: stage '{stage_name}': {message}")
 
 
 def _is_own_reference(platform: str, reference: str) -> bool:
@@ -178,34 +193,17 @@ def _rng_seed(s: RunSettings, iteration: int) -> int | None:
     return s.seed
 
 
-def _dump(module, s: RunSettings, index: int) -> None:
-    """``--dump-to`` for one module: what hlo-compile dumps (the interpreter compiles nothing:
-    only the input). A stage that cannot run here ends the dump with a note, not the run."""
-    if s.dump_to is None:
-        return
-    import os
-    from ..pipeline import dump_source, run_pipeline
-    arch = os.environ.get("HLO_COMPILE_ARCH") or "sm_80"
-    if s.platform == "interpreter":
-        dump_source(module, s.dump_to, index, arch)
-        return
-    from ..options import CompileOptions
-    try:
-        result = run_pipeline(module, CompileOptions(arch=arch, dot_tensor_cores=s.tensor_cores, fusion=s.fusion),
-                              dump_to=s.dump_to, module_index=index)
-    except HloError as e:
-        common.note(PROG, f"the dump of {module.name} is incomplete: {e.message}")
-        return
-    for stage_name, why in result.skipped.items():
-        common.note(PROG, f"dump of {module.name}: stage '{stage_name}' skipped: {why}")
-
-
-def _run_one(module, s: RunSettings, *, index: int | None = None, dump_index: int = 0) -> int:
+def _run_one(module, s: RunSettings, *, index: int | None = None, dump: DumpDirectory | None = None,
+             dump_index: int = 0) -> int:
     from ..runtime import literals
     literals.check_memory(module, generated_inputs=not s.input_literals and s.random_inputs)
-    _dump(module, s, dump_index)
+    if dump is not None and s.platform == "interpreter":  # compiles nothing: only the input
+        from ..pipeline import dump_source
+        dump_source(module, dump, dump_index, common.default_arch())
+    # only what differs from _runner's defaults is passed (tests stand in for _runner)
     extra = {**({"tensor_cores": True} if s.tensor_cores else {}), **({"graph": True} if s.use_cuda_graph else {}),
-             **({} if s.fusion else {"fusion": False})}
+             **({} if s.fusion else {"fusion": False}),
+             **({"dump": (dump, dump_index)} if dump is not None and s.platform != "interpreter" else {})}
     compiled = None if s.platform == "interpreter" else _runner(s.platform, module, s.seed, **extra)
     graph, plain = (compiled if isinstance(compiled, tuple) else (None, compiled))
     compare_with = "none" if s.reference == "none" or _is_own_reference(s.platform, s.reference) else s.reference
@@ -385,6 +383,7 @@ def _check_flags(s: RunSettings, input_format: str, files) -> None:
         raise UserError("standard input (-) can be read once")
     if "host" in (s.platform, s.reference) or "cuda" in (s.platform, s.reference) or s.dump_to is not None:
         common.check_llvmlite()
+        common.default_arch()  # HLO_COMPILE_ARCH, checked before any work
     common.prepare_dump_dir(s.dump_to)
 
 
@@ -392,17 +391,12 @@ def _run_files(files, s: RunSettings, split_input_file: bool, as_fusion: bool) -
     status = EXIT_OK
     index = 0
     modules_total = 0
+    dump = DumpDirectory(s.dump_to) if s.dump_to is not None else None
     for path in files:
         if len(files) > 1:
             click.echo(f"== {path}", err=True)
         try:
-            text, name = common.read_source(path)
-            modules = parse_modules(text, name) if split_input_file else [parse_module(text, name)]
-            if not modules:
-                raise UserError(f"{name}: no HLO module in the file (only comments and '// -----' lines)")
-            if as_fusion:
-                from ..passes.wrap_fusions import wrap_entry_as_fusion
-                modules = [wrap_entry_as_fusion(m) for m in modules]
+            modules = common.read_modules(path, split_input_file, as_fusion)
         except UserError as e:
             click.echo(f"{PROG}: error: {e}", err=True)
             status = max(status, e.code)
@@ -414,14 +408,15 @@ def _run_files(files, s: RunSettings, split_input_file: bool, as_fusion: bool) -
         modules_total += len(modules)
         several = len(modules) > 1 or len(files) > 1
         for module in modules:
-            status = max(status, _guarded_run(module, s, index if several else None, index, path))
+            status = max(status, _guarded_run(module, s, index if several else None, dump, index, path))
             index += 1
     return status
 
 
-def _guarded_run(module, s: RunSettings, index: int | None, dump_index: int, path: str) -> int:
+def _guarded_run(module, s: RunSettings, index: int | None, dump: DumpDirectory | None, dump_index: int,
+                 path: str) -> int:
     try:
-        return _run_one(module, s, index=index, dump_index=dump_index)
+        return _run_one(module, s, index=index, dump=dump, dump_index=dump_index)
     except UserError as e:
         click.echo(f"{PROG}: error: {e}", err=True)
         return e.code

@@ -186,15 +186,20 @@ def plan_fusion(fusion: HloInstruction, device: DeviceInfo, kernel_name: str) ->
 
 def prepare_module(module: HloModule, options: CompileOptions) -> HloModule:
     """The module after the passes and the code generator's own rewrites (a copy)."""
-    from .tree_reduction import rewrite_tree_reductions
+    from ..passes.tree_reduction import rewrite_tree_reductions
     device = device_for_arch(options.arch)
     return run_passes(module, before_fusion=[lambda m: rewrite_tree_reductions(m, device)],
                       fusion=options.fusion)
 
 
 def plan_module(module: HloModule, options: CompileOptions) -> ModulePlan:
+    return plan_prepared_module(prepare_module(module, options), options)
+
+
+def plan_prepared_module(wrapped: HloModule, options: CompileOptions) -> ModulePlan:
+    """The plan of a module ``prepare_module`` already rewrote (the pipeline's ``fusions``
+    stage: the passes run once, in the ``hlo`` stage)."""
     device = device_for_arch(options.arch)
-    wrapped = prepare_module(module, options)
     computations = executed_computations(wrapped)
     taken: set[str] = set()
     kernels = [plan_fusion(inst, device, kernel_symbol(inst.name, taken))

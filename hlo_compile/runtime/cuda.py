@@ -149,9 +149,11 @@ class DeviceBuffer:
 
     def free(self) -> None:
         if self.ptr:
-            self.device._buffers.pop(self.ptr, None)
+            self.device.forget(self)
             _call("cuMemFree", self.ptr)
             self.ptr = 0
+
+    release = free  # what CudaDevice.close calls
 
     def __int__(self) -> int:
         return self.ptr
@@ -187,10 +189,11 @@ class CudaStream:
 
     def destroy(self) -> None:
         if self.handle is not None:
-            if self in self.device._streams:
-                self.device._streams.remove(self)
+            self.device.forget(self)
             _call("cuStreamDestroy", self.handle)
             self.handle = None
+
+    release = destroy  # what CudaDevice.close calls
 
 
 class CudaGraph:
@@ -205,11 +208,12 @@ class CudaGraph:
 
     def destroy(self) -> None:
         if self.executable is not None:
-            if self in self.device._graphs:
-                self.device._graphs.remove(self)
+            self.device.forget(self)
             _call("cuGraphExecDestroy", self.executable)
             _call("cuGraphDestroy", self.graph)
             self.executable = self.graph = None
+
+    release = destroy  # what CudaDevice.close calls
 
 
 class CudaFunction:
@@ -268,9 +272,11 @@ class CudaModule:
     def unload(self) -> None:
         if self.handle is not None:
             if self.device is not None:
-                self.device._modules.remove(self)
+                self.device.forget(self)
             _call("cuModuleUnload", self.handle)
             self.handle, self._functions = None, {}
+
+    release = unload  # what CudaDevice.close calls
 
     def __enter__(self) -> CudaModule:
         return self
@@ -291,10 +297,8 @@ class CudaDevice:
         self.ordinal = ordinal
         self.handle = _call("cuDeviceGet", ordinal)
         self.context = _call("cuDevicePrimaryCtxRetain", self.handle)
-        self._buffers: dict[int, DeviceBuffer] = {}
-        self._modules: list[CudaModule] = []
-        self._streams: list[CudaStream] = []
-        self._graphs: list[CudaGraph] = []
+        # what close() still has to release, by kind in the order it releases them
+        self._live: dict[type, dict[int, Any]] = {CudaGraph: {}, CudaStream: {}, CudaModule: {}, DeviceBuffer: {}}
         try:
             self.make_current()
             self.name = _text(_call("cuDeviceGetName", 256, self.handle))
@@ -303,6 +307,13 @@ class CudaDevice:
         except BaseException:
             check(d.cuDevicePrimaryCtxRelease(self.handle), "cuDevicePrimaryCtxRelease")
             raise
+
+    def _track(self, resource: Any) -> None:
+        self._live[type(resource)][id(resource)] = resource
+
+    def forget(self, resource: Any) -> None:
+        """Stop tracking a resource released on its own (``close`` then leaves it alone)."""
+        self._live[type(resource)].pop(id(resource), None)
 
     def make_current(self) -> None:
         """The context is current per OS thread; call this first when using another thread."""
@@ -359,7 +370,7 @@ class CudaDevice:
                                         log=_text(err_log), hint=self._repro_hint(data))
         module = CudaModule(res[1], re.findall(r"\.entry\s+([\w$.]+)", text), _text(info_log))
         module.device = self
-        self._modules.append(module)
+        self._track(module)
         return module
 
     def _repro_hint(self, data: bytes) -> str:
@@ -380,7 +391,7 @@ class CudaDevice:
         ptr = int(_call("cuMemAlloc", int(nbytes))) if nbytes > 0 else 0
         buf = DeviceBuffer(self, ptr, int(nbytes))
         if ptr:
-            self._buffers[ptr] = buf
+            self._track(buf)
         return buf
 
     def to_device(self, array: np.ndarray) -> DeviceBuffer:
@@ -451,7 +462,7 @@ class CudaDevice:
         still wait for its work, so downloads need no extra synchronisation."""
         d = driver_module()
         stream = CudaStream(self, _call("cuStreamCreate", int(d.CUstream_flags.CU_STREAM_DEFAULT)))
-        self._streams.append(stream)
+        self._track(stream)
         return stream
 
     def capture_graph(self, stream: CudaStream, enqueue: Callable[[CudaStream], None]) -> CudaGraph:
@@ -477,7 +488,7 @@ class CudaDevice:
             d.cuGraphDestroy(graph)
             raise
         result = CudaGraph(self, graph, executable, _node_count(graph))
-        self._graphs.append(result)
+        self._track(result)
         return result
 
     def time_kernel(self, fn: Callable[[], None], iterations: int = 10, warmup: int = 1,
@@ -510,14 +521,9 @@ class CudaDevice:
             return
         try:
             self.make_current()
-            for graph in list(self._graphs):
-                graph.destroy()
-            for stream in list(self._streams):
-                stream.destroy()
-            for module in list(self._modules):
-                module.unload()
-            for buf in list(self._buffers.values()):
-                buf.free()
+            for live in self._live.values():
+                for resource in list(live.values()):
+                    resource.release()
         finally:
             self.context = None
             _call("cuDevicePrimaryCtxRelease", self.handle)

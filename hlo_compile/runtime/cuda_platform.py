@@ -1,46 +1,53 @@
-"""The ``cuda`` platform of an executable: every kernel of a module in one PTX module, loaded
-once through our thin driver layer (``runtime/cuda.py``); buffers live on the device."""
+"""The ``cuda`` platform: the module's PTX (the pipeline's ``ptx`` stage, for the arch of the
+GPU that is there) loaded once through our thin driver layer (``runtime/cuda.py``); buffers
+live on the device. cuda-python itself is imported by ``runtime/cuda.py`` only when used."""
 from __future__ import annotations
 
+import dataclasses
+import time
 from typing import Any, Sequence
 
 import numpy as np
 
+from ..codegen.compiler import KernelPlan, ModulePlan
 from ..hlo.errors import HloUnsupportedError
 from ..hlo.shape import Shape
 from ..options import CompileOptions
-from .executable import Platform
+from ..stages import Stage, StageOutput
+from .cuda import CudaDevice, available
 from .physical import buffer_bytes, storage_dtype
+from .platform import KERNELS, Platform
 
 
 class CudaPlatform(Platform):
     name = "cuda"
 
-    def __init__(self, options: CompileOptions):
-        from .cuda import CudaDevice, available
+    def __init__(self) -> None:
         ok, why = available()
         if not ok:
             raise HloUnsupportedError(f"platform 'cuda' is not available here: {why}")
         self.device = CudaDevice()
         self.arch = self.device.arch
-        self.options = options
         self.module = None
         self.ptx = ""
         self.stream = None  # created for the first graph
         self._queue = None  # where launches and copies go: None, the legacy stream (synchronous
         # copies), or the stream a graph is being captured on
 
-    def compile_all(self, plans: Sequence[Any]) -> dict[str, Any]:
-        from ..targets.linking import link_kernel_modules
-        from ..targets.nvptx import NvptxTarget, compile_to_ptx
-        target = NvptxTarget(self.options.arch)
-        target.dot_tensor_cores = self.options.dot_tensor_cores
-        linked = link_kernel_modules(target, "module", [p.emit(target) for p in plans])
-        result = compile_to_ptx(linked, self.options.arch, [p.kernel_name for p in plans],
-                                opt_level=self.options.opt_level)
-        self.ptx = result.ptx
-        self.module = self.device.load_module(result.ptx)
-        return {p.fusion.name: self.module.function(p.kernel_name) for p in plans}
+    def compile_options(self, options: CompileOptions) -> CompileOptions:
+        """Launch heuristics and PTX for the GPU that is there."""
+        return dataclasses.replace(options, arch=self.arch)
+
+    def kernel_stage(self) -> Stage:
+        return Stage(KERNELS, ("fusions", "ptx"), self.load_kernels,
+                     description="the module's PTX loaded (JIT-compiled by the driver) on the GPU")
+
+    def load_kernels(self, options: CompileOptions, plan: ModulePlan, ptx: str) -> StageOutput:
+        t0 = time.perf_counter()
+        self.ptx = ptx
+        self.module = self.device.load_module(ptx)
+        kernels = {p.fusion.name: self.module.function(p.kernel_name) for p in plan.kernels}
+        return StageOutput(kernels, seconds={"cuda-load": time.perf_counter() - t0})
 
     def upload(self, physical: np.ndarray) -> Any:
         return self.device.to_device(np.ascontiguousarray(physical))
@@ -53,7 +60,7 @@ class CudaPlatform(Platform):
                        dtype=storage_dtype(shape.element_type))
         return self.device.copy_to_host(data, out)
 
-    def launch(self, kernel: Any, plan: Any, buffers: Sequence[Any]) -> None:
+    def launch(self, kernel: Any, plan: KernelPlan, buffers: Sequence[Any]) -> None:
         l = plan.launch
         self.device.launch(kernel, l.grid, l.block, list(buffers), shared_bytes=l.shared_bytes,
                            stream=self._queue or 0)

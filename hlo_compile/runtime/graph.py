@@ -7,8 +7,8 @@ replayed with a single ``cuGraphLaunch``, as XLA's command buffers do.
 
 How (``ModuleGraph``):
 
-1. *Record.* ENTRY's thunk sequence runs once against a ``_Recorder`` standing in for the
-   platform: buffers are really allocated (and constants uploaded) but launches and copies are
+1. *Record.* ENTRY's program runs once with a ``_Recorder`` as its platform (it wraps the
+   real one; ``Executable.run_entry`` takes the platform to run on): buffers are really allocated (and constants uploaded) but launches and copies are
    only written down, and nothing is freed. The result is the list of operations with the
    very buffers they touch; every buffer stays alive as long as the graph (static buffer
    assignment, no reuse between values: the price of a fixed graph).
@@ -30,9 +30,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .control_flow import leaves
+from ..codegen.compiler import KernelPlan
+from ..hlo.shape import Shape
 from .literals import flatten
 from .physical import to_physical
+from .platform import Platform
+from .values import free_value, leaves
 
 HOST_CONTROL_FLOW = ("while", "conditional")
 
@@ -47,18 +50,25 @@ class GraphOp:
     buffers: tuple = ()       # launch: kernel arguments; copy: (dst, src)
     shape: Any = None         # copy: the buffer's shape
 
+    def issue(self, platform: Platform) -> None:
+        """Queue this operation on ``platform`` (a replay)."""
+        if self.kind == "launch":
+            platform.launch(self.kernel, self.plan, self.buffers)
+        else:
+            platform.copy(*self.buffers, self.shape)
 
-class _Recorder:
+
+class _Recorder(Platform):
     """The platform, except that launches and copies are written down instead of run and that
     nothing is freed (the graph keeps every buffer it touches)."""
 
-    def __init__(self, real: Any):
+    def __init__(self, real: Platform):
         self.real = real
         self.name = real.name
         self.ops: list[GraphOp] = []
         self.kept: list[Any] = []
 
-    def allocate(self, shape: Any) -> Any:
+    def allocate(self, shape: Shape) -> Any:
         data = self.real.allocate(shape)
         self.kept.append(data)
         return data
@@ -66,20 +76,20 @@ class _Recorder:
     def upload(self, physical: np.ndarray) -> Any:
         return self.real.upload(physical)
 
-    def launch(self, kernel: Any, plan: Any, buffers: Sequence[Any]) -> None:
+    def launch(self, kernel: Any, plan: KernelPlan, buffers: Sequence[Any]) -> None:
         self.ops.append(GraphOp("launch", kernel, plan, tuple(buffers)))
 
-    def copy(self, dst: Any, src: Any, shape: Any) -> None:
+    def copy(self, dst: Any, src: Any, shape: Shape) -> None:
         self.ops.append(GraphOp("copy", buffers=(dst, src), shape=shape))
 
     def free(self, data: Any) -> None:
         pass  # still used by the graph: released with it
 
-    def synchronize(self) -> None:
-        pass
-
-    def download(self, data: Any, shape: Any) -> np.ndarray:
+    def download(self, data: Any, shape: Shape) -> np.ndarray:
         raise RuntimeError("nothing may be read back while a graph is recorded")
+
+    def write(self, data: Any, physical: np.ndarray) -> None:
+        raise RuntimeError("nothing may be written while a graph is recorded")
 
 
 def unsupported_reason(exe: Any) -> str | None:
@@ -103,7 +113,7 @@ class ModuleGraph:
         self.platform = exe.platform
         self.graph: Any = None
         self.ops: list[GraphOp] = []
-        self._params: dict[int, Any] = {}
+        self._params: list[Any] = []
         self._result: Any = None
         self._kept: list[Any] = []
 
@@ -128,11 +138,11 @@ class ModuleGraph:
         if self.graph is None:
             self._capture(args)
         else:
-            for inst in exe.module.entry.parameters:
-                self._write(self._params[inst.parameter_number], args[inst.parameter_number])
+            for value, arg in zip(self._params, args):
+                self._write(value, arg)
         p.launch_graph(self.graph)
         p.synchronize()
-        return exe._download_value(self._result)
+        return exe.download(self._result)
 
     def close(self) -> None:
         """Destroy the graph and free every buffer it held."""
@@ -141,10 +151,9 @@ class ModuleGraph:
             self.graph = None
         for data in self._kept:
             self.platform.free(data)
-        for v in self._params.values():
-            for b in leaves(v):
-                self.platform.free(b.data)
-        self._kept, self._params = [], {}
+        for v in self._params:
+            free_value(self.platform, v)
+        self._kept, self._params = [], []
 
     def __enter__(self) -> ModuleGraph:
         return self
@@ -153,18 +162,9 @@ class ModuleGraph:
         self.close()
 
     def _capture(self, args: Sequence[Any]) -> None:
-        exe = self.exe
-        entry = exe.module.entry
-        if id(entry) not in exe.programs:
-            exe.build_programs()
-        self._params = {inst.parameter_number: exe._upload_value(args[inst.parameter_number], inst.shape)
-                        for inst in entry.parameters}
+        self._params = self.exe.upload_arguments(args, self.platform)
         recorder = _Recorder(self.platform)
-        exe.platform = recorder
-        try:
-            result, _owned = exe.programs[id(entry)].run(self._params)  # owned ⊆ recorder.kept
-        finally:
-            exe.platform = self.platform
+        result, _owned = self.exe.run_entry(recorder, self._params)  # owned ⊆ recorder.kept
         self._result, self._kept, self.ops = result, recorder.kept, recorder.ops
         self.graph = self.platform.build_graph(self.ops)
 

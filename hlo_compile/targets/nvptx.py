@@ -156,9 +156,12 @@ class NvptxTarget(Target):
     name = "nvptx"
     triple = TRIPLE
 
-    def __init__(self, arch: str = "sm_80"):
+    def __init__(self, arch: str = "sm_80", *, dot_tensor_cores: bool = False):
         ptx_isa_version(arch)  # rejects an unknown arch before any LLVM work
         self.arch = arch
+        # CompileOptions.dot_tensor_cores, given by whoever creates the target (never set
+        # afterwards); emitters/dot_mma.py's use_tensor_cores reads it
+        self.dot_tensor_cores = dot_tensor_cores
         self.data_layout = str(target_machine(arch).target_data)
 
     def __repr__(self) -> str:

@@ -1,0 +1,72 @@
+"""The ``host`` platform: kernels JIT-compiled for this CPU (``targets/host.py``) on numpy buffers.
+
+Every emitter runs here without a GPU: the same ``KernelPlan`` that gives the PTX is emitted
+for the host target, and a launch runs the grid's blocks on a pool of OS threads.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..codegen.compiler import KernelPlan, ModulePlan
+from ..hlo.shape import Shape
+from ..options import CompileOptions
+from ..stages import Stage, StageOutput
+from ..targets.host import compile_host_kernel
+from .physical import buffer_bytes, storage_dtype
+from .platform import KERNELS, Platform
+
+
+class HostPlatform(Platform):
+    name = "host"
+
+    def kernel_stage(self) -> Stage:
+        return Stage(KERNELS, ("fusions",), self.compile_kernels,
+                     description="every kernel emitted for the host target and JIT-compiled")
+
+    def compile_kernels(self, options: CompileOptions, plan: ModulePlan) -> StageOutput:
+        kernels, seconds = {}, {}
+        for p in plan.kernels:
+            t0 = time.perf_counter()
+            kernels[p.fusion.name] = self.compile(p)
+            seconds[p.kernel_name] = time.perf_counter() - t0
+        return StageOutput(kernels, kernel_seconds=seconds)
+
+    def compile(self, plan: KernelPlan) -> Any:
+        return compile_host_kernel(plan.emit, plan.kernel_name)
+
+    def compile_all(self, plans: Sequence[KernelPlan]) -> dict[str, Any]:
+        """Compiled kernels by fusion name."""
+        return {p.fusion.name: self.compile(p) for p in plans}
+
+    def upload(self, physical: np.ndarray) -> Any:
+        return physical
+
+    def allocate(self, shape: Shape) -> Any:
+        dtype = storage_dtype(shape.element_type)
+        n = buffer_bytes(shape) // dtype.itemsize
+        # 16 bytes of slack: a 32-bit compare-and-swap on the last narrow element (scatter of
+        # bf16/s8) touches the rest of its aligned word, as CUDA's 256-byte allocations allow
+        return np.zeros(n + 16 // dtype.itemsize + 1, dtype=dtype)[:n]
+
+    def download(self, data: Any, shape: Shape) -> np.ndarray:
+        return data.view(storage_dtype(shape.element_type))
+
+    def launch(self, kernel: Any, plan: KernelPlan, buffers: Sequence[Any]) -> None:
+        kernel.launch(plan.launch, list(buffers))
+
+    def copy(self, dst: Any, src: Any, shape: Shape) -> None:
+        # bytes, as the device copies them: a bitcast may give the two buffers other types
+        np.copyto(dst.view(np.uint8), src.view(np.uint8))
+
+    def write(self, data: Any, physical: np.ndarray) -> None:
+        np.copyto(data, physical.reshape(data.shape))
+
+    def build_graph(self, ops: Sequence[Any]) -> Any:
+        """The recorded list itself: replayed in order (the same kernels and buffers)."""
+        return list(ops)
+
+    def launch_graph(self, graph: Any) -> None:
+        self.replay(graph)

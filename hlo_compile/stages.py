@@ -1,0 +1,180 @@
+"""The compilation stages (DESIGN §2): each a function from the artifacts it names to one new one.
+
+``source`` (the parsed module) → ``hlo`` (after the passes: an ``HloModule``) → ``fusions``
+(hero, emitter and launch per fusion: a ``ModulePlan``) → ``llvm`` (the kernels' LLVM IR as
+emitted: ``LinkedKernels``) → ``llvm-opt`` (libdevice linked and O3, then PTX emitted by the
+same LLVM pass: a ``PtxResult``) → ``ptx`` (its text) → ``cubin`` (ptxas's ``PtxasResult``);
+``indexing`` and ``indexing-json`` read the source. A stage is called as
+``stage.run(options, *artifacts named in stage.needs)`` and returns a ``StageOutput``: the
+artifact, its printable form and, optionally, one per kernel and finer timings. Stages do no
+I/O and never look at each other's state: the driver loop (``pipeline.run_pipeline``) runs
+each once, times it, prints, dumps and (later) caches. A stage that cannot run here (no
+ptxas for ``cubin``) raises ``StageUnavailable`` saying why.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .codegen.compiler import ModulePlan, plan_prepared_module, prepare_module
+from .codegen.report import fusion_report_text
+from .hlo import HloModule
+from .indexing.report import indexing_report_json, indexing_report_text
+from .options import CompileOptions
+from .targets.linking import link_kernel_modules
+from .targets.nvptx import NvptxTarget, PtxResult, compile_to_ptx
+from .targets.ptxas import run_ptxas
+from .targets import toolkit
+
+SOURCE = "source"  # the name under which stages read the input module
+
+
+class StageUnavailable(Exception):
+    """Raised by a stage that cannot run in this environment (the message says why, in one
+    line; ``detail`` is the long form for when the stage was asked for)."""
+
+    def __init__(self, why: str, detail: str | None = None):
+        super().__init__(why)
+        self.detail = detail or why
+
+
+@dataclass
+class StageOutput:
+    value: Any                                # the artifact later stages read
+    text: str | bytes | None = None           # what --emit prints and --dump-to writes
+    per_kernel: dict[str, str | bytes] = field(default_factory=dict)  # kernel name → its part
+    seconds: dict[str, float] = field(default_factory=dict)         # parts of the stage
+    kernel_seconds: dict[str, float] = field(default_factory=dict)  # kernel name → its time
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    needs: tuple[str, ...]                    # the artifacts ``run`` takes after the options
+    run: Callable[..., StageOutput]
+    extension: str = "txt"
+    binary: bool = False
+    dump_suffix: str | None = None            # XLA's file suffix ("{arch}": e.g. "sm_8.0"); None:
+    #                                           a stage of the runtime, never printed or dumped
+    xla_names: tuple[str, ...] = ()           # hlo-opt's --stage spellings of this stage
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class LinkedKernels:
+    """The ``llvm`` stage's artifact: each kernel's module as emitted, and all of them linked."""
+
+    kernel_ir: dict[str, str]
+    linked: str
+
+
+def _hlo(options: CompileOptions, source: HloModule) -> StageOutput:
+    module = prepare_module(source, options)
+    return StageOutput(module, module.to_text("long"))
+
+
+def _fusions(options: CompileOptions, module: HloModule) -> StageOutput:
+    plan = plan_prepared_module(module, options)
+    return StageOutput(plan, fusion_report_text(plan))
+
+
+def _indexing(options: CompileOptions, source: HloModule) -> StageOutput:
+    text = indexing_report_text(source)
+    return StageOutput(text, text)
+
+
+def _indexing_json(options: CompileOptions, source: HloModule) -> StageOutput:
+    report = indexing_report_json(source)
+    return StageOutput(report, json.dumps(report, indent=1) + "\n")
+
+
+def _llvm(options: CompileOptions, plan: ModulePlan) -> StageOutput:
+    target = NvptxTarget(options.arch, dot_tensor_cores=options.dot_tensor_cores)
+    kernel_ir, seconds, modules = {}, {}, []
+    for k in plan.kernels:
+        t0 = time.perf_counter()
+        m = k.emit(target)
+        kernel_ir[k.kernel_name] = str(m)
+        seconds[k.kernel_name] = time.perf_counter() - t0
+        modules.append(m)
+    linked = link_kernel_modules(target, plan.module.name, modules)
+    return StageOutput(LinkedKernels(kernel_ir, linked), linked, dict(kernel_ir), kernel_seconds=seconds)
+
+
+def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels) -> StageOutput:
+    names = [k.kernel_name for k in plan.kernels]
+    try:
+        result = compile_to_ptx(llvm.linked, options.arch, names, opt_level=options.opt_level)
+    except toolkit.ToolkitNotFound as e:  # libdevice missing: this stage and those after it cannot run here
+        raise StageUnavailable(toolkit.LIBDEVICE_MISSING, e.message) from None
+    return StageOutput(result, result.llvm_opt, seconds=result.seconds)
+
+
+def _ptx(options: CompileOptions, plan: ModulePlan, optimized: PtxResult) -> StageOutput:
+    ptx = optimized.ptx
+    return StageOutput(ptx, ptx, split_ptx(ptx, [k.kernel_name for k in plan.kernels]))
+
+
+def _cubin(options: CompileOptions, ptx: str) -> StageOutput:
+    if toolkit.find_ptxas() is None:  # looked up at each call: tests stand in for it
+        raise StageUnavailable(toolkit.ptxas_missing_reason())
+    t0 = time.perf_counter()
+    result = run_ptxas(ptx, options.arch)
+    return StageOutput(result, result.cubin, seconds={"ptxas": time.perf_counter() - t0})
+
+
+_PTX_HEADER = re.compile(r"\s*\.(version|target|address_size)\b")
+_PTX_ENTRY = re.compile(r"\.entry\s+([A-Za-z_$%][\w$]*)")
+
+
+def split_ptx(ptx: str, kernels: list[str]) -> dict[str, str]:
+    """One self-contained PTX text per kernel: the module's header, its declarations and
+    helper functions (libdevice's, shared arrays), and that kernel's ``.entry`` alone."""
+    header: list[str] = []
+    items: list[tuple[str | None, str]] = []  # (entry name or None, text)
+    current: list[str] = []
+    depth = 0
+    for line in ptx.splitlines(keepends=True):
+        code = line.split("//", 1)[0]
+        if depth == 0 and not current and _PTX_HEADER.match(code):
+            header.append(line)
+            continue
+        current.append(line)
+        depth += code.count("{") - code.count("}")
+        tail = code.rstrip()
+        if depth == 0 and (tail.endswith("}") or tail.endswith(";")):
+            text = "".join(current)
+            m = _PTX_ENTRY.search(text)
+            items.append((m.group(1) if m else None, text))
+            current = []
+    trailer = "".join(current)
+    shared = [text for name, text in items if name is None]
+    entries = {name: text for name, text in items if name is not None}
+    out = {}
+    for k in kernels:
+        if k in entries:
+            out[k] = "".join(header) + "".join(shared) + entries[k] + trailer
+    return out
+
+
+STAGES: list[Stage] = [
+    Stage("hlo", (SOURCE,), _hlo, dump_suffix="{arch}_gpu_after_optimizations.txt", xla_names=("hlo-backend",),
+          description="the module after our passes (fusion), XLA's long form"),
+    Stage("fusions", ("hlo",), _fusions, dump_suffix="fusions.txt",
+          description="per fusion: hero, emitter and why, launch dimensions"),
+    Stage("indexing", (SOURCE,), _indexing, dump_suffix="indexing.txt",
+          description="indexing maps of ENTRY's root and fusions"),
+    Stage("indexing-json", (SOURCE,), _indexing_json, "json", dump_suffix="indexing.json",
+          description="the same maps as JSON"),
+    Stage("llvm", ("fusions",), _llvm, "ll", dump_suffix="ir-no-opt.ll", xla_names=("llvm-before-optimizations",),
+          description="LLVM IR as emitted (per kernel too)"),
+    Stage("llvm-opt", ("fusions", "llvm"), _llvm_opt, "ll", dump_suffix="ir-with-opt.ll",
+          xla_names=("llvm-after-optimizations",), description="LLVM IR after O3, libdevice linked"),
+    Stage("ptx", ("fusions", "llvm-opt"), _ptx, "ptx", dump_suffix="ptx",
+          description="PTX from LLVM's NVPTX back end (per kernel too)"),
+    Stage("cubin", ("ptx",), _cubin, "cubin", binary=True, dump_suffix="cubin",
+          description="the cubin from ptxas (needs ptxas; binary: -o FILE)"),
+]
