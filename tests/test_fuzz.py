@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from hlo_compile import parse_module
-from hlo_compile.fuzz import KNOWN_BUG_FEATURES, FuzzConfig, GeneratorError, generate
+from hlo_compile.fuzz import FEATURES, KNOWN_BUG_FEATURES, FuzzConfig, GeneratorError, generate
 from hlo_compile.fuzz.exactness import module_exactness
 from hlo_compile.fuzz.inputs import make_inputs
 from hlo_compile.fuzz.registry import GENERATORS
@@ -28,7 +28,10 @@ from hlo_compile.fuzz.shrinker import shrink, size_of
 REPO = Path(__file__).resolve().parents[1]
 CI_SEED = 20_000
 CI_COUNT = int(os.environ.get("HLO_FUZZ_COUNT", "360"))
-CI_CONFIG = FuzzConfig(max_ops=8)
+# rng-bit-generator is left to tests/test_rng_bit_generator.py (98 cases recorded from XLA:CPU,
+# host and interpreter) and to the large campaigns: each one expands to ~25 kernels, and the 6%
+# of modules that drew one took 60% of this campaign's time.
+CI_CONFIG = FuzzConfig(max_ops=8, without=frozenset({"rng-bit-generator"}))
 
 
 # ---- the campaign CI runs ---------------------------------------------------------------------
@@ -78,7 +81,7 @@ def _coverage(n: int, cfg: FuzzConfig | None = None):
 
 
 def test_generator_covers_ops_ranks_types_and_layouts():
-    ops, features, ranks, ets = _coverage(400)
+    ops, features, ranks, ets = _coverage(600)
     expected_ops = {
         "abs", "negate", "sign", "floor", "ceil", "sqrt", "exponential", "log", "tanh", "sine", "not", "popcnt",
         "count-leading-zeros", "add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "power",
@@ -106,14 +109,13 @@ def test_every_op_generator_produces_modules():
         assert made, f"generator {name} never applied"
 
 
-def test_known_bug_features_are_off_by_default_and_generated_on_request():
+def test_fixed_features_are_on_by_default_and_can_be_turned_off():
     _, features, _, _ = _coverage(150)
-    assert "degenerate-broadcast" not in features
-    assert features["bitcast-convert-width"] and features["boundary-layouts"]  # fixed: on by default
-    _, features, _, _ = _coverage(150, FuzzConfig(known_bugs=frozenset(KNOWN_BUG_FEATURES)))
-    assert features["degenerate-broadcast"]
-    _, features, _, _ = _coverage(60, FuzzConfig(without=frozenset({"boundary-layouts", "bitcast-convert-width"})))
-    assert not features["boundary-layouts"] and not features["bitcast-convert-width"]
+    for name in ("bitcast-convert-width", "boundary-layouts", "degenerate-broadcast"):
+        assert features[name], name
+    _, features, _, _ = _coverage(60, FuzzConfig(without=frozenset({"boundary-layouts", "degenerate-broadcast"})))
+    assert not features["boundary-layouts"] and not features["degenerate-broadcast"]
+    assert all(name in FEATURES for name in KNOWN_BUG_FEATURES)
 
 
 def test_xla_compatible_modules_avoid_what_xla_cannot_run():

@@ -350,6 +350,26 @@ def test_comparison_can_fail():
         assert _mismatch(case, np.array([case[1][0], 0], np.uint64), bits) is not None
 
 
+@pytest.mark.parametrize("alg", ["rng_philox", "rng_three_fry"])
+def test_bits_output_with_a_non_default_layout(alg):
+    """The expansion builds row-major values; a bits output declared column-major gets a copy
+    to its layout (the fuzzer found the host reading the row-major buffer as column-major)."""
+    text = f"""HloModule m
+ENTRY main {{
+  s = u64[2]{{0}} parameter(0)
+  r = (u64[2]{{0}}, u32[3,5]{{0,1}}) rng-bit-generator(s), algorithm={alg}
+  b = u32[3,5]{{0,1}} get-tuple-element(r), index=1
+  flat = u32[15]{{0}} bitcast(b)
+  sum = u32[3,5]{{1,0}} add(b, b)
+  ROOT t = (u32[15]{{0}}, u32[3,5]{{1,0}}) tuple(flat, sum)
+}}"""
+    state = [np.array([7, 2 ** 40 + 3], np.uint64)]
+    want = literals.flatten(evaluate_module(parse_module(text), state))
+    exe = compile_executable(parse_module(text), "host", CompileOptions())
+    for got, expected in zip(literals.flatten(exe.run(state)), want):
+        np.testing.assert_array_equal(got, expected)
+
+
 def test_expansion_is_ordinary_hlo_everywhere():
     """After the passes no rng-bit-generator is left, in ENTRY, while bodies or fusions."""
     for text in (_module("default", 3, "u32", (3, 5)), _module("three_fry", 2, "u8", (7,)), WHILE_HLO):

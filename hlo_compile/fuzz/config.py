@@ -9,26 +9,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 FEATURES = {
-    # known when the fuzzer was written; fixed since
-    "boundary-layouts": "layouts that differ across while/conditional/fusion/call/tuple boundaries",
-    "bitcast-convert-width": "bitcast-convert between element types of different widths (u32[2,2] -> u64[2])",
-    # open
-    "rng-bit-generator": "rng-bit-generator (its expansion pass ignores a non-default layout of the bits output)",
-    "degenerate-broadcast": "binary ops whose same-rank operands differ in size-1 dims (the verifier accepts them; "
-                            "host reads out of bounds)",
-    # found by this fuzzer, reported, in files it may not change:
-    "root-not-last": "a computation whose ROOT is not its last instruction (compiler.py assign_in_place_buffers "
-                     "KeyError)",
-    "zero-size-reduce": "reduce of an operand with a zero-size dimension (fusion_analysis.py multi_row_vector_size "
-                        "ZeroDivisionError)",
-    "zero-size-transpose": "transpose of an 8-bit array with a zero-size dimension (hero_shapes.py _packed_tile "
-                           "ZeroDivisionError)",
+    # known when the fuzzer was written
+    "boundary-layouts": "layouts that differ across while/conditional/fusion/call/tuple boundaries "
+                        "(fixed: passes/layout_boundaries.py)",
+    "bitcast-convert-width": "bitcast-convert between element types of different widths (u32[2,2] -> u64[2]) "
+                             "(fixed: codegen/index_ops.py)",
+    "rng-bit-generator": "rng-bit-generator, with any layout of its bits output (fixed: the expansion relays "
+                         "the bits out to the declared layout)",
+    "degenerate-broadcast": "binary ops whose same-rank operands differ in size-1 dims, which the verifier accepts "
+                            "(fixed: the host read past the operand; size-1 dims now read index 0)",
+    # found by this fuzzer
+    "root-not-last": "a computation whose ROOT is not its last instruction (assign_in_place_buffers KeyError)",
+    "zero-size-reduce": "reduce of an operand with a zero-size dimension (fixed: multi_row_vector_size "
+                        "ZeroDivisionError; such reduces take the loop emitter)",
+    "zero-size-transpose": "transpose of an 8-bit array with a zero-size dimension (fixed: _packed_tile "
+                           "ZeroDivisionError; such transposes take the loop emitter)",
     "bitcast-type-change": "a bitcast that changes the element type (same width) in ENTRY, read by an in-place "
-                           "dynamic-update-slice or scatter (executable.py copy: numpy refuses int32 -> uint32)",
+                           "dynamic-update-slice or scatter (fixed: the runtime's copy refused int32 -> uint32)",
     "conv-nonfinite-weights": "convolution weights that are inf/NaN where the window covers padding or lhs-dilation "
-                              "holes (XLA multiplies them by 0: NaN; elemental_contraction.py skips those taps)",
+                              "holes (fixed: the elemental convolution skipped those taps; zeros times inf are NaN)",
 }
-KNOWN_BUG_FEATURES = {k: v for k, v in FEATURES.items() if k not in ("boundary-layouts", "bitcast-convert-width")}
+# features of bugs that are open: off unless --known-bugs asks for them
+KNOWN_BUG_FEATURES: dict[str, str] = {}
 DEFAULT_FEATURES = frozenset(FEATURES) - frozenset(KNOWN_BUG_FEATURES)
 
 

@@ -67,8 +67,9 @@ def second_operand(g: Gen, x: Value, exact: bool) -> Value:
         g.stats.features.add("scalar-operand")
         return g.pick(lambda v: v.shape.rank == 0 and v.shape.et == x.shape.et, exact) or \
             g.scalar_constant(x.shape.et)
-    if g.cfg.allows("degenerate-broadcast") and x.shape.rank and g.chance(0.1):
-        dims = tuple(1 if g.chance(0.5) else d for d in x.shape.dims)
+    if g.cfg.allows("degenerate-broadcast") and not g.cfg.xla_compatible and x.shape.rank and g.chance(0.1):
+        # a size-1 dim stretches over the other operand's (a zero-size one stays: 1 against 0 is 0)
+        dims = tuple(1 if d and g.chance(0.5) else d for d in x.shape.dims)
         g.stats.features.add("degenerate-broadcast")
         return g.like(dims, x.shape.et, exact)
     return g.like(x.shape.dims, x.shape.et, exact)
