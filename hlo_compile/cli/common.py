@@ -326,9 +326,9 @@ def check_llvmlite() -> None:
 
 
 def supported_archs() -> list[str]:
-    from ..codegen.device_info import _BY_ARCH
+    from ..codegen.device_info import known_archs
     from ..targets.nvptx import SUPPORTED_ARCHS
-    return [a for a in SUPPORTED_ARCHS if a in _BY_ARCH]
+    return [a for a in SUPPORTED_ARCHS if a in known_archs()]
 
 
 def check_arch(arch: str, flag: str = "--arch") -> str:

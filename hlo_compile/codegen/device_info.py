@@ -75,3 +75,8 @@ def device_for_arch(arch: str) -> DeviceInfo:
         known = ", ".join(sorted(_BY_ARCH))
         raise ValueError(f"unknown GPU architecture '{arch}'; known: {known}")
     return _BY_ARCH[key]
+
+
+def known_archs() -> list[str]:
+    """The architectures with device constants (``sm_80``, ...)."""
+    return sorted(_BY_ARCH)

@@ -82,7 +82,7 @@ def main(argv=None) -> int:
         return 1 if res.failures else 0
 
     if ns.shrink_file is not None:
-        from .campaign import Failure, interesting_for, write_reproducer
+        from .campaign import Failure, write_reproducer
         from .runner import run_case
         from .worker import Worker
         text = ns.shrink_file.read_text()

@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 
 from .builder import Comp, ModuleBuilder, Value
 from .config import FuzzConfig
-from .shapes import BITS, FLOATS, INTS, FShape, FTuple, is_float, is_int, scalar
+from .shapes import FLOATS, INTS, FShape, FTuple, is_float, is_int, scalar
 
 DIM_CHOICES = (1, 1, 2, 2, 3, 3, 4, 5, 5, 7, 8, 9, 11, 13, 16, 17, 31, 32, 33, 64, 127)
 BIG_DIM_CHOICES = DIM_CHOICES + (32, 33, 48, 64, 65, 96, 128, 129, 200, 256, 257, 511, 512, 1024)

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from . import ops_compute, ops_control, ops_elementwise, ops_shape  # noqa: F401  (fill the table)
 from .builder import ModuleBuilder, Value
 from .config import FuzzConfig
-from .gen_core import Gen, GenRefused, Stats
+from .gen_core import Gen, Stats
 from .outline import outline_fusions
-from .registry import GENERATORS, OpGen
+from .registry import run_steps
 from .shapes import FTuple
 
 MAX_OUTPUTS = 6
@@ -38,37 +38,6 @@ class Generated:
     text: str
     stats: Stats
     exact: list[bool] = field(default_factory=list)  # per output leaf, as the generator meant it
-
-
-def _allowed(cfg: FuzzConfig, gen: Gen) -> list[OpGen]:
-    out = []
-    for og in GENERATORS.values():
-        if cfg.only_ops is not None and og.name not in cfg.only_ops:
-            continue
-        if cfg.xla_compatible and not og.xla:
-            continue
-        if og.feature is not None and not cfg.allows(og.feature):
-            continue
-        if gen.depth and not og.nested:
-            continue
-        out.append(og)
-    return out
-
-
-def run_steps(g: Gen, steps: int) -> None:
-    """Append ``steps`` ops drawn from the table to ``g``'s computation."""
-    table = _allowed(g.cfg, g)
-    if not table:
-        return
-    weights = [og.weight for og in table]
-    for _ in range(steps):
-        for _attempt in range(6):
-            og = g.rng.choices(table, weights=weights)[0]
-            try:
-                og.fn(g)
-                break
-            except GenRefused:
-                continue
 
 
 def _root(g: Gen) -> Value:

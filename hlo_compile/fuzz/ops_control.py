@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .builder import Comp, Value
 from .gen_core import Gen, GenRefused
-from .registry import op_generator
+from .registry import op_generator, run_steps
 from .shapes import FShape, FTuple, scalar
 
 
@@ -32,7 +32,6 @@ def _take(sub: Gen, want: FShape, avoid: Value | None) -> Value:
 
 
 def _run_body(sub: Gen, steps: int) -> None:
-    from .generator import run_steps
     run_steps(sub, steps)
 
 

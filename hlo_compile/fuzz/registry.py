@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from .config import FuzzConfig
+from .gen_core import Gen, GenRefused
+
 
 @dataclass(frozen=True)
 class OpGen:
@@ -32,3 +35,34 @@ def op_generator(name: str, weight: float = 1.0, xla: bool = True, feature: str 
         GENERATORS[name] = OpGen(name, fn, weight, xla, feature, nested)
         return fn
     return register
+
+
+def _allowed(cfg: FuzzConfig, gen: Gen) -> list[OpGen]:
+    out = []
+    for og in GENERATORS.values():
+        if cfg.only_ops is not None and og.name not in cfg.only_ops:
+            continue
+        if cfg.xla_compatible and not og.xla:
+            continue
+        if og.feature is not None and not cfg.allows(og.feature):
+            continue
+        if gen.depth and not og.nested:
+            continue
+        out.append(og)
+    return out
+
+
+def run_steps(g: Gen, steps: int) -> None:
+    """Append ``steps`` ops drawn from the table to ``g``'s computation."""
+    table = _allowed(g.cfg, g)
+    if not table:
+        return
+    weights = [og.weight for og in table]
+    for _ in range(steps):
+        for _attempt in range(6):
+            og = g.rng.choices(table, weights=weights)[0]
+            try:
+                og.fn(g)
+                break
+            except GenRefused:
+                continue
