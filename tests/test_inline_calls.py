@@ -2,7 +2,6 @@
 prints, re-parses (with verification) and evaluates bit for bit as before."""
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -293,10 +292,7 @@ def test_jax_unoptimized_modules(corpus, case):
     text = path.read_text()
     original = hlo_compile.parse_module(text, str(path))
     args = literals.load_inputs(case_dir / "inputs.npz", original)
-    start = time.perf_counter()
     before = evaluate_module(original, args)
-    if time.perf_counter() - start > 5:
-        pytest.skip("the interpreter takes more than 5 s on this case")
     module = inline_calls(hlo_compile.parse_module(text, str(path)))
     _check(module, args, before)
 

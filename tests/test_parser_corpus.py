@@ -104,8 +104,29 @@ def test_jax_corpus_parses(corpus: Path) -> None:
     files = sorted((corpus / "jax").glob("*/*.hlo"))
     assert files
     for f in files:
-        module = hlo_compile.parse_module(f.read_text(), str(f), verify=False)
-        assert module.entry.root is not None
+        text = f.read_text()
+        module = hlo_compile.parse_module(text, str(f), verify=False)
+        entry = module.entry
+        # the ROOT is the instruction the text marks so, and every instruction line was kept
+        marked = [ln.split("=")[0].split()[-1].lstrip("%") for ln in _entry_lines(text) if ln.lstrip().startswith("ROOT ")]
+        assert marked == [entry.root.name], f"{f}: ROOT {entry.root.name}, text marks {marked}"
+        assert len(entry.instructions) == len(_entry_lines(text)), f.name
+        # and it prints back to a module that parses to the same text
+        again = hlo_compile.parse_module(module.to_text(), f"{f}.printed", verify=False)
+        assert again.to_text() == module.to_text(), f.name
+
+
+def _entry_lines(text: str) -> list[str]:
+    """The instruction lines of the ENTRY computation's body."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("ENTRY "))
+    body = []
+    for ln in lines[start + 1:]:
+        if ln.strip() == "}":
+            break
+        if "=" in ln and not ln.strip().startswith("//"):
+            body.append(ln)
+    return body
 
 
 # XLA's non-roundtrip cases whose printed form we do not reproduce exactly, and why.
