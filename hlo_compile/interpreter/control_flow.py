@@ -7,6 +7,7 @@ import numpy as np
 from ..hlo.errors import HloUnsupportedError
 from . import rng_bits
 from .numerics import dtype_of
+from .participants import require_one_participant
 from .registry import TOKEN, op
 from .sort_ops import top_k
 
@@ -86,11 +87,13 @@ def _single(ops):
 
 @op("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-broadcast")
 def _collective(ev, inst, ops):
+    require_one_participant(ev.module, inst)
     return _single(ops)
 
 
 @op("all-reduce-start")
 def _all_reduce_start(ev, inst, ops):
+    require_one_participant(ev.module, inst)
     return _single(ops)
 
 
@@ -101,6 +104,7 @@ def _all_reduce_done(ev, inst, ops):
 
 @op("all-gather-start")
 def _all_gather_start(ev, inst, ops):
+    require_one_participant(ev.module, inst)
     return (_single(ops), _single(ops)) if inst.shape.is_tuple else _single(ops)
 
 
@@ -118,11 +122,13 @@ def _permute(inst, x):
 
 @op("collective-permute")
 def _collective_permute(ev, inst, ops):
+    require_one_participant(ev.module, inst)
     return _permute(inst, np.asarray(ops[0]))
 
 
 @op("collective-permute-start")
 def _collective_permute_start(ev, inst, ops):
+    require_one_participant(ev.module, inst)
     out = _permute(inst, np.asarray(ops[0]))
     return (ops[0], out) + tuple(np.zeros((), np.uint32) for _ in inst.shape.tuple_shapes[2:])
 
@@ -134,6 +140,7 @@ def _collective_permute_done(ev, inst, ops):
 
 @op("partition-id", "replica-id")
 def _ids(ev, inst, ops):
+    require_one_participant(ev.module, inst)
     return np.zeros((), dtype=dtype_of(inst.shape.element_type))
 
 

@@ -12,13 +12,11 @@ from typing import Any, Callable, Sequence
 
 from ..codegen.compiler import ModulePlan
 from ..hlo import HloComputation, HloInstruction
-from ..hlo.errors import HloUnsupportedError
 from .control_flow import Conditional, While
 from .platform import Platform
+from .runnable import unsupported
 from .steps import (Bitcast, Constant, Frame, GetTupleElement, KernelLaunch, MakeTuple, Parameter, PassThrough,
                     Resources, Step, settle)
-
-SUPPORTED = "fusions, parameters, constants, bitcasts, tuples, while and conditional"
 
 
 class ComputationProgram:
@@ -58,12 +56,6 @@ class ProgramBuilder:
         if build is None:
             raise unsupported(inst, self.platform_name)
         return build(inst, self)
-
-
-def unsupported(inst: HloInstruction, platform: str) -> HloUnsupportedError:
-    where = f" (line {inst.location.line})" if inst.location else ""
-    return HloUnsupportedError(f"platform '{platform}' cannot run {inst.opcode} '%{inst.name}'{where}: "
-                               f"only {SUPPORTED} are supported so far")
 
 
 def _while(inst: HloInstruction, b: ProgramBuilder) -> Step:

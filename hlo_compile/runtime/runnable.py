@@ -1,0 +1,34 @@
+"""What the runtime runs outside kernels, known before anything is emitted.
+
+``hlo-compile`` and ``hlo-run`` both refuse, right after fusion planning, an instruction of a
+computation the runtime executes that is neither a kernel nor one of the steps below (a library
+call, a collective...): compiling the rest would drop it silently. ``program.STEP_TYPES`` has a
+builder for exactly these opcodes (a test keeps the two equal). Kept free of imports so the
+compile stages can use it without the runtime.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from ..hlo import HloComputation, HloInstruction
+from ..hlo.errors import HloUnsupportedError
+
+RUNNABLE_OPCODES = frozenset({"parameter", "constant", "bitcast", "opt-barrier", "get-tuple-element", "tuple",
+                              "fusion", "while", "conditional"})
+SUPPORTED = "fusions, parameters, constants, bitcasts, tuples, while and conditional"
+
+
+def unsupported(inst: HloInstruction, platform: str | None) -> HloUnsupportedError:
+    """The refusal of ``inst`` on ``platform`` (None: on any)."""
+    where = f" (line {inst.location.line})" if inst.location else ""
+    who = f"platform '{platform}' cannot" if platform else "no platform can"
+    return HloUnsupportedError(f"{who} run {inst.opcode} '%{inst.name}'{where}: "
+                               f"only {SUPPORTED} are supported so far", inst.location)
+
+
+def check_runnable(computations: Iterable[HloComputation]) -> None:
+    """Refuse the first instruction of ``computations`` that no runtime step runs."""
+    for comp in computations:
+        for inst in comp.instructions:
+            if inst.opcode not in RUNNABLE_OPCODES:
+                raise unsupported(inst, None)

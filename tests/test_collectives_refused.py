@@ -1,0 +1,89 @@
+"""Collectives are run with their one-device meaning only where that is XLA's meaning (one
+participant); an SPMD module is refused, naming the instruction, never run as if it were alone.
+And ``hlo-compile`` refuses what no runtime step runs instead of dropping it."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from hlo_compile import parse_module
+from hlo_compile.hlo.errors import HloUnsupportedError
+from hlo_compile.interpreter import evaluate_module
+from hlo_compile.interpreter.participants import named_participants, participant_count
+from hlo_compile.runtime.program import STEP_TYPES
+from hlo_compile.runtime.runnable import RUNNABLE_OPCODES
+
+ADD = """add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+"""
+
+
+def _module(header: str, body: str) -> str:
+    return f"HloModule m{header}\n\n{ADD}\nENTRY main {{\n  x = f32[8]{{0}} parameter(0)\n{body}\n}}\n"
+
+
+SPMD_OPS = {
+    "all-reduce": "  ROOT r = f32[8]{0} all-reduce(x), channel_id=1, replica_groups={{0,1,2,3}}, "
+                  "use_global_device_ids=true, to_apply=add",
+    "all-gather": "  ROOT r = f32[32]{0} all-gather(x), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, "
+                  "use_global_device_ids=true",
+    "collective-permute": "  ROOT r = f32[8]{0} collective-permute(x), channel_id=1, "
+                          "source_target_pairs={{0,1},{1,2},{2,3},{3,0}}",
+    "partition-id": "  ROOT r = u32[] partition-id()",
+    "all-reduce-start": "  s = f32[8]{0} all-reduce-start(x), channel_id=1, replica_groups={{0,1,2,3}}, "
+                        "use_global_device_ids=true, to_apply=add\n  ROOT r = f32[8]{0} all-reduce-done(s)",
+}
+
+
+@pytest.mark.parametrize("op", sorted(SPMD_OPS))
+def test_spmd_module_is_refused_by_the_interpreter(op):
+    text = _module(", num_partitions=4", SPMD_OPS[op])
+    with pytest.raises(HloUnsupportedError) as info:
+        evaluate_module(parse_module(text), [np.arange(8, dtype=np.float32)])
+    assert op in info.value.message and "4 participants" in info.value.message
+    assert info.value.location is not None and info.value.location.line >= 8
+
+
+def test_groups_naming_other_participants_are_refused_without_a_header():
+    text = _module("", "  ROOT r = f32[8]{0} all-reduce(x), replica_groups={{0,1}}, to_apply=add")
+    with pytest.raises(HloUnsupportedError, match="name 2 participants"):
+        evaluate_module(parse_module(text), [np.arange(8, dtype=np.float32)])
+
+
+def test_one_participant_keeps_the_one_device_meaning():
+    text = _module(", replica_count=1", "  ROOT r = f32[8]{0} all-reduce(x), replica_groups={{0}}, to_apply=add")
+    x = np.arange(8, dtype=np.float32)
+    np.testing.assert_array_equal(evaluate_module(parse_module(text), [x]), x)
+    pid = _module("", "  ROOT r = u32[] partition-id()")
+    assert int(evaluate_module(parse_module(pid), [x])) == 0
+
+
+def test_participants_are_counted_from_the_header_and_the_groups():
+    m = parse_module(_module(", replica_count=2, num_partitions=4", "  ROOT r = u32[] replica-id()"))
+    assert participant_count(m) == 8
+    iota = parse_module(_module("", "  ROOT r = f32[8]{0} all-reduce(x), replica_groups=[2,4]<=[8], to_apply=add"))
+    assert named_participants(iota.entry.root) == 8
+    plain = parse_module(_module("", "  ROOT r = f32[8]{0} all-reduce(x), replica_groups={{0},{3}}, to_apply=add"))
+    assert named_participants(plain.entry.root) == 4
+
+
+def test_runtime_steps_and_the_compile_check_agree():
+    assert set(STEP_TYPES) == set(RUNNABLE_OPCODES)
+
+
+@pytest.mark.parametrize("tool", ["hlo-compile", "hlo-run"])
+def test_cli_refuses_what_no_step_runs(tool, tmp_path):
+    path = tmp_path / "spmd.hlo"
+    path.write_text(_module(", num_partitions=4", SPMD_OPS["all-reduce"]))
+    args = [str(path), "--dump-to", str(tmp_path / "out")] if tool == "hlo-compile" else [str(path), "--platform=host"]
+    module = "hlo_compile.cli.compile" if tool == "hlo-compile" else "hlo_compile.cli.run"
+    res = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stderr
+    assert "all-reduce '%r'" in res.stderr and "line 11" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
