@@ -1,4 +1,4 @@
-"""XLA's tree-reduction rewrite (``codegen/tree_reduction.py``): structure on big shapes (every
+"""XLA's tree-reduction rewrite (``passes/tree_reduction.py``): structure on big shapes (every
 produced reduce race-free), numerics against the interpreter on moderate ones, and the result
 prints and re-parses."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from hlo_compile import parse_module
 from hlo_compile.codegen.device_info import device_for_arch
 from hlo_compile.codegen.fusion_analysis import is_race_free, reduction_dimensions
 from hlo_compile.interpreter import evaluate_module
-from hlo_compile.codegen.tree_reduction import rewrite_tree_reductions, split_factors
+from hlo_compile.passes.tree_reduction import rewrite_tree_reductions, split_factors
 
 DEVICE = device_for_arch("sm_90")
 

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .attribute_checks import CHECKERS
+
 
 @dataclass
 class Attribute:
@@ -358,7 +360,6 @@ DECODERS: dict[str, Callable[[str], Any]] = {
 
 
 def _checked(name: str):
-    from .attribute_checks import CHECKERS
     return CHECKERS.get(name, decode_raw)
 
 

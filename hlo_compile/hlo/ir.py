@@ -2,7 +2,8 @@
 
 Instructions keep every attribute (decoded value plus verbatim text) so that printing
 reproduces what was parsed; analyses read typed values through ``HloInstruction.attr``
-and the named properties below.
+and the named properties below. Copies are made here (``clone_instruction``,
+``clone_computation``, ``clone_module``); edits in place are in ``rewrite.py``.
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import Any, Iterator, Sequence
 from .attributes import (Attribute, ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers,
                          ScatterDimensionNumbers)
 from .errors import SourceLocation
+from .literal import parse_literal
+from .printer import module_to_text
 from .shape import Shape
 
 _MISSING = object()
@@ -104,7 +107,6 @@ class HloInstruction:
     def literal(self) -> Any:
         """A constant's value: a numpy array (logical order) or a tuple of them."""
         if self._literal is None:
-            from .literal import parse_literal
             self._literal = parse_literal(self.literal_text or "", self.shape)
         return self._literal
 
@@ -208,17 +210,18 @@ class HloModule:
     def to_text(self, form: str = "long") -> str:
         """The module as HLO text; ``form`` is ``"long"`` (XLA's default print with operand
         shapes) or ``"short"`` (ShortParsable: no %, operand shapes, signatures, metadata)."""
-        from .printer import module_to_text
         return module_to_text(self, form)
 
     def __str__(self) -> str:
         return self.to_text()
 
 
-def clone_instruction(inst: HloInstruction, operands: Sequence[HloInstruction]) -> HloInstruction:
-    """A copy of ``inst`` reading ``operands`` (attributes, literal and location shared; no
-    parent or users yet)."""
-    c = HloInstruction(inst.name, inst.opcode, inst.shape, operands, inst.attributes,
+def clone_instruction(inst: HloInstruction, operands: Sequence[HloInstruction], *,
+                      name: str | None = None) -> HloInstruction:
+    """A copy of ``inst`` reading ``operands``, named ``name`` (default: ``inst``'s name).
+    Attributes, literal, location and declared operand shapes are shared or copied as they
+    are (attribute values naming other instructions are not remapped); no parent or users yet."""
+    c = HloInstruction(inst.name if name is None else name, inst.opcode, inst.shape, operands, inst.attributes,
                        literal_text=inst.literal_text, parameter_number=inst.parameter_number,
                        location=inst.location)
     c._literal = inst._literal
@@ -226,38 +229,49 @@ def clone_instruction(inst: HloInstruction, operands: Sequence[HloInstruction]) 
     return c
 
 
+def clone_computation(comp: HloComputation, name: str | None = None,
+                      instruction_map: dict[int, HloInstruction] | None = None) -> HloComputation:
+    """A copy of ``comp`` (named ``name``, default ``comp``'s) whose instructions are clones;
+    attribute values that name instructions of ``comp`` (control predecessors) name the clones.
+    Called computations stay shared. ``instruction_map``, when given, receives
+    ``id(original) -> clone`` for every instruction."""
+    inst_map = {} if instruction_map is None else instruction_map
+    insts = []
+    for i in comp.instructions:
+        inst_map[id(i)] = clone_instruction(i, [inst_map[id(o)] for o in i.operands])
+        insts.append(inst_map[id(i)])
+    for c in insts:
+        _remap_attributes(c, lambda v: inst_map.get(id(v), v), HloInstruction)
+    return HloComputation(comp.name if name is None else name, insts, inst_map[id(comp.root)],
+                          is_entry=comp.is_entry, has_signature=comp.has_signature, attributes=comp.attributes,
+                          location=comp.location)
+
+
 def clone_module(module: HloModule) -> HloModule:
     """A copy of ``module`` that rewrites may change freely (shapes, literals and attribute
-    values other than computations are immutable and shared). Iterative, so very long
-    instruction chains do not hit Python's recursion limit as ``copy.deepcopy`` does."""
-    comp_map: dict[int, HloComputation] = {}
-    inst_map: dict[int, HloInstruction] = {}
-    pending_attrs: list[HloInstruction] = []
-    new_comps: list[HloComputation] = []
-    for comp in module.computations:
-        insts = []
-        for i in comp.instructions:
-            c = clone_instruction(i, [inst_map[id(o)] for o in i.operands])
-            inst_map[id(i)] = c
-            insts.append(c)
-            pending_attrs.append(c)
-        nc = HloComputation(comp.name, insts, inst_map[id(comp.root)], is_entry=comp.is_entry,
-                            has_signature=comp.has_signature, attributes=comp.attributes, location=comp.location)
-        comp_map[id(comp)] = nc
-        new_comps.append(nc)
+    values other than computations and instructions are immutable and shared). Iterative, so
+    very long instruction chains do not hit Python's recursion limit as ``copy.deepcopy`` does."""
+    comp_map: dict[int, HloComputation] = {id(c): clone_computation(c) for c in module.computations}
+    for comp in comp_map.values():
+        for inst in comp.instructions:
+            _remap_attributes(inst, lambda v: comp_map.get(id(v), v), HloComputation)
+    return HloModule(module.name, list(comp_map.values()), comp_map[id(module.entry)], dict(module.attributes),
+                     module.stack_frames, module.has_header)
 
-    def remap(v: Any) -> Any:
-        if isinstance(v, HloComputation):
-            return comp_map.get(id(v), v)
-        if isinstance(v, tuple) and v and all(isinstance(c, HloComputation) for c in v):
-            return tuple(comp_map.get(id(c), c) for c in v)
-        if isinstance(v, HloInstruction):
-            return inst_map.get(id(v), v)
-        if isinstance(v, (list, tuple)) and v and all(isinstance(c, HloInstruction) for c in v):
-            return type(v)(inst_map.get(id(c), c) for c in v)
+
+def _remap_attributes(inst: HloInstruction, remap: Any, kind: type) -> None:
+    """Replace the attributes of ``inst`` whose value is a ``kind`` object (or a non-empty
+    list/tuple of them) by ones holding ``remap`` of each; the others stay shared."""
+    def new_value(v: Any) -> Any:
+        if isinstance(v, kind):
+            return remap(v)
+        if isinstance(v, (list, tuple)) and v and all(isinstance(x, kind) for x in v):
+            return type(v)(remap(x) for x in v)
         return v
-    for inst in pending_attrs:
-        inst.attributes = {k: (replace(a, value=remap(a.value)) if remap(a.value) is not a.value else a)
-                           for k, a in inst.attributes.items()}
-    entry = comp_map[id(module.entry)]
-    return HloModule(module.name, new_comps, entry, dict(module.attributes), module.stack_frames, module.has_header)
+    changed = {}
+    for k, a in inst.attributes.items():
+        v = new_value(a.value)
+        if v is not a.value:
+            changed[k] = replace(a, value=v)
+    if changed:
+        inst.attributes = {k: changed.get(k, a) for k, a in inst.attributes.items()}

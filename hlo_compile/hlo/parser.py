@@ -32,8 +32,10 @@ from .opcodes import ASYNC_SUGAR_EXCLUDED, OPCODES
 from . import records
 from .records import Body, Comp, Instr, Operand, PositionedError, RawAttr
 from .shape import Shape
+from .shape_inference import ShapeInferenceError, infer_shape
 from .shape_text import ShapeError, parse_shape_text
 from .sizes import available_memory, format_bytes, shape_bytes
+from .verifier import verify_module
 from .element_types import ELEMENT_TYPES, TYPE_ALIASES
 
 
@@ -430,7 +432,6 @@ class _ModuleBuilder:
         raise self.error(f"Unknown opcode: {opcode}", pos)
 
     def infer(self, opcode: str, operands: list[HloInstruction], attributes: dict, pos: int) -> Shape:
-        from .shape_inference import ShapeInferenceError, infer_shape
         try:
             return infer_shape(opcode, [o.shape for o in operands], {k: a.value for k, a in attributes.items()})
         except ShapeInferenceError as e:
@@ -713,7 +714,6 @@ def _parse_module(text: str, filename: str, verify: bool, fast: bool) -> HloModu
     except RecursionError:
         raise HloParseError("input is nested too deeply", location_at(text, 0, filename)) from None
     if verify:
-        from .verifier import verify_module
         verify_module(module)
     return module
 

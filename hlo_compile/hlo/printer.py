@@ -1,9 +1,15 @@
 """IR → HLO text, in XLA's long form (operand shapes, ``%`` names, signatures, metadata) or
 its short form (``HloPrintOptions::ShortParsable``). Attributes print exactly as they were
-written (they are kept verbatim), so canonical input prints back byte for byte."""
+written (they are kept verbatim), so canonical input prints back byte for byte.
+
+``HloModule.to_text`` calls into this module, so it reads the IR classes for annotations only.
+"""
 from __future__ import annotations
 
-from .ir import HloComputation, HloInstruction, HloModule
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .ir import HloComputation, HloInstruction, HloModule
 
 _SHORT_DROPPED = frozenset({"metadata"})
 

@@ -4,8 +4,8 @@
 of shapes. ``Layout`` holds minor_to_major and every layout suffix XLA's text format knows
 (tiles, tail padding ``L``, index/pointer types ``#``/``*``, element size ``E``, memory
 space ``S``, split configs ``SC``, physical shape ``P``, dynamic-metadata prefix ``M``,
-dim-level types ``D``). Printing gives XLA's canonical text. Tiling math lives in
-``tiling.py``; these classes only delegate to it.
+dim-level types ``D``; defined in ``layout.py``). Printing gives XLA's canonical text. Tiling
+math lives in ``tiling.py``; ``Shape`` only delegates to it.
 """
 from __future__ import annotations
 
@@ -13,67 +13,13 @@ from dataclasses import dataclass, replace
 from functools import reduce
 from typing import Iterator, Sequence
 
+from . import tiling
 from .element_types import ELEMENT_TYPES, TYPE_ALIASES, is_array_type
+from .layout import COMBINE_DIM, Layout, Tile, default_layout
 
-COMBINE_DIM = -(2**63)  # `*` inside a tile: combine this dimension with the next minor one
+__all__ = ["COMBINE_DIM", "UNBOUNDED_DIM", "Layout", "Shape", "Tile", "default_layout", "is_type_name"]
+
 UNBOUNDED_DIM = -1  # `?`: unbounded dynamic dimension
-
-
-@dataclass(frozen=True)
-class Tile:
-    dims: tuple[int, ...]
-
-    def to_text(self) -> str:
-        return "(" + ",".join("*" if d == COMBINE_DIM else str(d) for d in self.dims) + ")"
-
-
-@dataclass(frozen=True)
-class Layout:
-    minor_to_major: tuple[int, ...]
-    tiles: tuple[Tile, ...] = ()
-    dim_level_types: str = ""  # raw text inside D(...); parsed by XLA and then dropped
-    tail_padding_alignment: int = 1  # L(n), in elements
-    index_primitive_type: str = ""  # #(u32)
-    pointer_primitive_type: str = ""  # *(u32)
-    element_size_in_bits: int = 0  # E(n)
-    memory_space: int = 0  # S(n)
-    split_configs: str = ""  # raw text of the SC(...)... suffix
-    physical_shape: str = ""  # raw text inside P(...)
-    dynamic_shape_metadata_prefix_bytes: int = 0  # M(n)
-
-    def has_suffixes(self) -> bool:
-        return self != Layout(self.minor_to_major)
-
-    def to_text(self) -> str:
-        parts: list[str] = []
-        if self.dim_level_types:
-            parts.append(f"D({self.dim_level_types})")
-        if self.tiles:
-            parts.append("T" + "".join(t.to_text() for t in self.tiles))
-        if self.tail_padding_alignment != 1:
-            parts.append(f"L({self.tail_padding_alignment})")
-        if self.index_primitive_type:
-            parts.append(f"#({self.index_primitive_type})")
-        if self.pointer_primitive_type:
-            parts.append(f"*({self.pointer_primitive_type})")
-        if self.element_size_in_bits:
-            parts.append(f"E({self.element_size_in_bits})")
-        if self.memory_space:
-            parts.append(f"S({self.memory_space})")
-        if self.split_configs:
-            parts.append(self.split_configs)
-        if self.physical_shape:
-            parts.append(f"P({self.physical_shape})")
-        if self.dynamic_shape_metadata_prefix_bytes:
-            parts.append(f"M({self.dynamic_shape_metadata_prefix_bytes})")
-        text = ",".join(str(d) for d in self.minor_to_major)
-        if parts:
-            text += ":" + "".join(parts)
-        return "{" + text + "}"
-
-
-def default_layout(rank: int) -> Layout:
-    return Layout(tuple(range(rank - 1, -1, -1)))
 
 
 @dataclass(frozen=True)
@@ -179,16 +125,13 @@ class Shape:
 
     # ---- tiling (see tiling.py) ---------------------------------------------------
     def linear_index(self, index: Sequence[int]) -> int:
-        from .tiling import linear_index
-        return linear_index(self, index)
+        return tiling.linear_index(self, index)
 
     def physical_size(self) -> int:
-        from .tiling import physical_size
-        return physical_size(self)
+        return tiling.physical_size(self)
 
     def logical_index(self, linear: int) -> tuple[int, ...] | None:
-        from .tiling import logical_index
-        return logical_index(self, linear)
+        return tiling.logical_index(self, linear)
 
     # ---- text ---------------------------------------------------------------------
     def dims_text(self) -> str:

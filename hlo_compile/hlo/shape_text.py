@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import re
 
-from .element_types import TYPE_ALIASES, is_array_type
+from .element_types import ELEMENT_TYPES, TYPE_ALIASES, is_array_type
 from .shape import COMBINE_DIM, UNBOUNDED_DIM, Layout, Shape, Tile, default_layout
 from .sizes import dims_error
 
@@ -117,7 +117,6 @@ def parse_array_shape(text: str) -> Shape:
     if not m:
         raise ShapeError(f"expects an array shape like f32[2,3], got '{text}'")
     etype = TYPE_ALIASES.get(m.group(1), m.group(1))
-    from .element_types import ELEMENT_TYPES
     if etype not in ELEMENT_TYPES:
         raise ShapeError(f"unknown element type '{m.group(1)}'")
     dims: list[int] = []

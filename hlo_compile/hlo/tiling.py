@@ -19,11 +19,14 @@ ints and on numpy arrays (``physical_permutation``).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from .shape import COMBINE_DIM, Shape, Tile
+from .layout import COMBINE_DIM, Tile
+
+if TYPE_CHECKING:  # annotations only: ``Shape`` delegates its tiling methods to this module
+    from .shape import Shape
 
 
 def _physical_order(shape: Shape) -> list[int]:

@@ -1,10 +1,23 @@
-"""Module rewrites before code generation (DESIGN §1)."""
+"""Module rewrites before code generation (DESIGN §1).
+
+Each pass rewrites in place with the operations of ``hlo/rewrite.py``. The ones that work on
+one computation (``inline_calls``, ``fuse_instructions``, ``wrap_lone_instructions``,
+``fuse_and_wrap``) take a computation, or a module for its ENTRY.
+"""
 from __future__ import annotations
 
 from typing import Callable, Sequence
 
 from ..hlo import HloModule
 from ..hlo.ir import clone_module
+from .expand_rng_bit_generator import expand_rng_bit_generators
+from .inline_calls import inline_calls
+from .layout_boundaries import align_layouts
+from .prepare_control_flow import prepare_control_flow
+from .topk_custom_call import rewrite_topk_custom_calls
+from .wrap_fusions import fuse_and_wrap
+
+__all__ = ["run_passes", "module_rewrites", "fuse_and_wrap"]
 
 
 def run_passes(module: HloModule, before_fusion: Sequence[Callable[[HloModule], HloModule]] = (),
@@ -16,8 +29,6 @@ def run_passes(module: HloModule, before_fusion: Sequence[Callable[[HloModule], 
     that checks our results never runs our own rewrites. ``before_fusion`` are rewrites the
     code generator needs on lone instructions (e.g. its tree-reduction split), run after
     call inlining and before fusion."""
-    from .inline_calls import inline_calls
-    from .prepare_control_flow import prepare_control_flow
     out = clone_module(module)
     for rewrite in module_rewrites():
         out = rewrite(out)
@@ -30,14 +41,4 @@ def run_passes(module: HloModule, before_fusion: Sequence[Callable[[HloModule], 
 def module_rewrites() -> list[Callable[[HloModule], HloModule]]:
     """Rewrites of every computation of the module, run first, in order, on the copy: ops that
     XLA itself expands or renames before code generation."""
-    from .expand_rng_bit_generator import expand_rng_bit_generators
-    from .layout_boundaries import align_layouts
-    from .topk_custom_call import rewrite_topk_custom_calls
     return [align_layouts, rewrite_topk_custom_calls, expand_rng_bit_generators]
-
-
-def fuse_and_wrap(module: HloModule, fusion: bool = True) -> HloModule:
-    """ENTRY's lone instructions grouped into fusions, then the rest wrapped one per fusion."""
-    from .fusion import fuse_instructions
-    from .wrap_fusions import wrap_lone_instructions
-    return wrap_lone_instructions(fuse_instructions(module) if fusion else module)

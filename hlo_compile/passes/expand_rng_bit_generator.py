@@ -43,10 +43,8 @@ from hlo_compile.hlo.attributes import Attribute, decode
 from hlo_compile.hlo.element_types import bit_width, element_type
 from hlo_compile.hlo.errors import HloUnsupportedError
 from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule
+from hlo_compile.hlo.rewrite import NameScope, insert_instructions, new_instruction, replace_instructions, take_name
 from hlo_compile.hlo.shape import Shape
-
-from .inline_calls import _control, _set_control
-from .wrap_fusions import _fresh
 
 # the algorithm ``rng_default`` means on XLA:CPU and XLA:GPU (both compilers register the
 # expander with RNG_PHILOX)
@@ -63,21 +61,19 @@ def expand_rng_bit_generators(module: HloModule) -> HloModule:
     """Replace every ``rng-bit-generator`` of every computation of ``module`` by the HLO that
     computes it; rewrites in place and returns the module. HloUnsupportedError for what XLA
     refuses too (state other than ``u64[2]``/``u64[3]``, pred/complex/6-bit outputs)."""
-    taken = {i.name for c in module.computations for i in c.instructions}
+    names = NameScope.of_instructions(module.computations)
     for comp in module.computations:
-        if any(i.opcode == "rng-bit-generator" for i in comp.instructions):
-            for inst in [i for i in comp.instructions if i.opcode == "rng-bit-generator"]:
-                _expand(comp, inst, taken)
-            comp.rebuild_users()
+        for inst in [i for i in comp.instructions if i.opcode == "rng-bit-generator"]:
+            _expand(comp, inst, names)
     return module
 
 
-def _expand(comp: HloComputation, rng: HloInstruction, taken: set[str]) -> None:
+def _expand(comp: HloComputation, rng: HloInstruction, names: NameScope) -> None:
     state_shape, out_shape = rng.shape.tuple_shapes
     algorithm = rng.attr("algorithm", "rng_default")
     algorithm = DEFAULT_ALGORITHM if algorithm == "rng_default" else algorithm
     _check(rng, algorithm, state_shape, out_shape)
-    b = _Builder(rng, taken)
+    b = _Builder(rng, names)
     state = rng.operands[0]
     dims = tuple(out_shape.dimensions)
     out_type = out_shape.element_type
@@ -90,24 +86,13 @@ def _expand(comp: HloComputation, rng: HloInstruction, taken: set[str]) -> None:
     else:
         raw, new_state = _three_fry(b, state, dims, wide)
         bits = _to_type(b, raw, out_type)
+    if bits.shape != out_shape:  # the expansion builds default layouts: relay out to the declared one
+        bits = b.add("copy", "copy", None, [bits], shape=out_shape)
     result = b.add("tuple", "tuple", None, [new_state, bits], shape=Shape.tuple_of([state_shape, out_shape]))
-    # the tuple stands for the rng: its name, its place, its control edges
-    taken.discard(result.name)
-    result.name = rng.name
-    preds = _control(rng)
-    if preds:
-        _set_control(result, preds)
-    pos = comp.instructions.index(rng)
-    comp.instructions[pos:pos + 1] = b.new
-    for inst in b.new:
-        inst.parent = comp
-    for inst in comp.instructions:
-        if any(op is rng for op in inst.operands):
-            inst.operands = [result if op is rng else op for op in inst.operands]
-        if any(p is rng for p in _control(inst)):
-            _set_control(inst, [result if p is rng else p for p in _control(inst)])
-    if comp.root is rng:
-        comp.root = result
+    # the tuple stands for the rng: its name, its place, its control edges, its users
+    take_name(result, rng, names)
+    insert_instructions(comp, b.new, before=rng)
+    replace_instructions(comp, {rng: result})
 
 
 def _check(rng: HloInstruction, algorithm: str, state: Shape, out: Shape) -> None:
@@ -130,18 +115,17 @@ class _Builder:
     """New instructions for one ``rng-bit-generator``, in order, named ``<rng>.<what>``;
     constants and broadcasts are made once."""
 
-    def __init__(self, rng: HloInstruction, taken: set[str]):
-        self.rng, self.taken = rng, taken
+    def __init__(self, rng: HloInstruction, names: NameScope):
+        self.rng, self.names = rng, names
         self.new: list[HloInstruction] = []
         self._cache: dict[tuple, HloInstruction] = {}
 
     def add(self, what: str, opcode: str, et: str | None, operands, dims=(), shape: Shape | None = None,
             literal: str | None = None, **raw_attrs: str) -> HloInstruction:
         attrs = {k: Attribute(k, raw, decode(k, raw)) for k, raw in raw_attrs.items()}
-        inst = HloInstruction(_fresh(f"{self.rng.name}.{what}", self.taken), opcode,
-                              shape or Shape.array(et, tuple(dims)), operands, attrs, literal_text=literal,
-                              location=self.rng.location)
-        inst.declared_operand_shapes = [op.shape for op in operands]
+        inst = new_instruction(self.names.fresh(f"{self.rng.name}.{what}"), opcode,
+                               shape or Shape.array(et, tuple(dims)), operands, attrs, like=self.rng,
+                               literal_text=literal)
         self.new.append(inst)
         return inst
 

@@ -14,7 +14,7 @@ rules of ``gpu_fusible.cc``); this pass applies the core of those rules greedily
   - a producer all of whose users are already in the group moves into it;
   - a producer with users elsewhere is *duplicated* into the group when it is cheap (not one
     of XLA's expensive ops, see ``EXPENSIVE``) and stays where it is for the other users;
-    one whose other users all end up reading duplicates disappears (``_remove_dead``);
+    one whose other users all end up reading duplicates disappears (``remove_dead``);
   - an expensive producer is not fused into a consumer that reads each element several
     times (``broadcast``), so fusion never multiplies transcendental work.
 * A group stops growing at ``MAX_FUSED_INSTRUCTIONS`` members or ``MAX_FUSION_OPERANDS``
@@ -33,10 +33,12 @@ from __future__ import annotations
 import heapq
 import math
 
-from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule, clone_instruction
+from hlo_compile.hlo.ir import HloInstruction
 from hlo_compile.hlo.opcodes import ELEMENTWISE
+from hlo_compile.hlo.rewrite import (NameScope, Target, add_computation, computation_of, module_of,
+                                     remove_computations, remove_dead, remove_instructions, replace_instructions)
 
-from .wrap_fusions import _fresh, _fusion_attrs, _redirect_uses, fusion_parameters
+from .fusion_builder import build_fusion
 
 MAX_FUSED_INSTRUCTIONS = 64
 MAX_FUSION_OPERANDS = 32
@@ -58,14 +60,16 @@ PRODUCERS = (ELEMENTWISE - _NOT_FUSED_ELEMENTWISE) | _INDEX_OPS | {"gather", "co
 _REUSING = frozenset({"broadcast"})
 
 
-def fuse_instructions(module: HloModule) -> HloModule:
-    """Group ENTRY's lone instructions into fusions (in place; returns the module)."""
-    comp = module.entry
+def fuse_instructions(target: Target) -> Target:
+    """Group the lone instructions of ``target`` (a computation, or a module's ENTRY) into
+    fusions; rewrites in place and returns ``target``."""
+    comp = computation_of(target)
     order = {id(inst): i for i, inst in enumerate(comp.post_order())}
     moved: set[int] = set()        # instructions that left the computation for a group
     # operands of the groups formed so far: they must stay in the computation even when all
-    # their users end up in a later group (a group reads them through a duplicated member)
-    read: set[int] = set()
+    # their users end up in a later group (a group reads them through a duplicated member);
+    # so must the root, whatever reads it (a ROOT need not be the last instruction)
+    read: set[int] = {id(comp.root)}
     groups: list[_Group] = []
     for inst in sorted(comp.instructions, key=lambda i: -order[id(i)]):
         if id(inst) in moved or not _can_root(inst):
@@ -74,36 +78,25 @@ def fuse_instructions(module: HloModule) -> HloModule:
         group.grow(moved, read)
         if len(group.members) > 1:
             groups.append(group)
-            read |= group._operands()
+            read |= group.outside_operands()
     if not groups:
-        return module
-    taken = {c.name for c in module.computations}
-    replaced: dict[int, HloInstruction] = {}
+        return target
+    module = module_of(comp)
+    names = NameScope.of_computations(module)
+    replaced: dict[HloInstruction, HloInstruction] = {}
     for group in groups:
-        fusion = group.materialize(_fresh(f"fused_{group.root.name}", taken))
-        fusion.fused_computation.parent = module
-        module.computations.insert(module.computations.index(comp), fusion.fused_computation)
-        replaced[id(group.root)] = fusion
-    kept = []
-    for inst in comp.instructions:
-        if id(inst) in moved:
-            continue
-        fusion = replaced.get(id(inst))
-        if fusion is not None:
-            fusion.parent = comp
-            if comp.root is inst:
-                comp.root = fusion
-            inst = fusion
-        kept.append(inst)
-    comp.instructions = kept
-    _redirect_uses(comp, replaced)
+        members = sorted(group.members, key=lambda m: order[id(m)])
+        kind = "kInput" if group.root.opcode == "reduce" else "kLoop"
+        fusion = build_fusion(members, group.root, names.fresh(f"fused_{group.root.name}"), kind)
+        add_computation(module, fusion.fused_computation, before=comp)
+        replaced[group.root] = fusion
+    remove_instructions(comp, [i for i in comp.instructions if id(i) in moved])
+    replace_instructions(comp, replaced)
     # a producer duplicated into every group that reads it is dead now, and so is a group
     # rooted at one (it was formed before its readers took copies)
-    dead = _remove_dead(comp, {id(d) for g in groups for d in g.duplicated.values()} |
-                        {id(f) for f in replaced.values()})
-    module.computations = [c for c in module.computations
-                           if not any(f.opcode == "fusion" and f.fused_computation is c for f in dead)]
-    return module
+    dead = remove_dead(comp, [d for g in groups for d in g.duplicated.values()] + list(replaced.values()))
+    remove_computations(module, [f.fused_computation for f in dead if f.opcode == "fusion"])
+    return target
 
 
 def _no_control(inst: HloInstruction) -> bool:
@@ -141,7 +134,7 @@ class _Group:
     def members(self) -> list[HloInstruction]:
         return list(self.owned.values()) + list(self.duplicated.values())
 
-    def _operands(self) -> set[int]:
+    def outside_operands(self) -> set[int]:
         ids = {id(m) for m in self.members}
         return {id(op) for m in self.members for op in m.operands if id(op) not in ids}
 
@@ -173,46 +166,9 @@ class _Group:
                 self.duplicated[id(p)] = p
             else:
                 continue
-            if len(self._operands()) > MAX_FUSION_OPERANDS:
+            if len(self.outside_operands()) > MAX_FUSION_OPERANDS:
                 self.owned.pop(id(p), None)
                 self.duplicated.pop(id(p), None)
                 moved.discard(id(p))
                 continue
             push_operands(p)
-
-    def materialize(self, comp_name: str) -> HloInstruction:
-        """The fused computation (clones of the members, parameters for outside operands) and
-        the fusion instruction that replaces the root."""
-        members = sorted(self.members, key=lambda m: self.order[id(m)])
-        operands, params = fusion_parameters(members, self.root.location)
-        clones: dict[int, HloInstruction] = {id(op): p for op, p in zip(operands, params)}
-        body = []
-        for m in members:
-            clones[id(m)] = clone_instruction(m, [clones[id(o)] for o in m.operands])
-            body.append(clones[id(m)])
-        comp = HloComputation(comp_name, params + body, clones[id(self.root)])
-        kind = "kInput" if self.root.opcode == "reduce" else "kLoop"
-        fusion = HloInstruction(self.root.name, "fusion", self.root.shape, operands, _fusion_attrs(comp, kind),
-                                location=self.root.location)
-        fusion.declared_operand_shapes = [op.shape for op in operands]
-        return fusion
-
-
-def _remove_dead(comp: HloComputation, candidates: set[int]) -> list[HloInstruction]:
-    """Drop the candidates (instructions this pass duplicated or created) that nothing reads
-    any more, transitively; returns them."""
-    removed: list[HloInstruction] = []
-    changed = True
-    while changed:
-        changed = False
-        comp.rebuild_users()
-        keep = []
-        for inst in comp.instructions:
-            if id(inst) in candidates and not inst.users and inst is not comp.root:
-                removed.append(inst)
-                changed = True
-                continue
-            keep.append(inst)
-        comp.instructions = keep
-    comp.rebuild_users()
-    return removed

@@ -1,4 +1,4 @@
-"""Inline the ``call`` instructions of ENTRY, as XLA's ``CallInliner``.
+"""Inline the ``call`` instructions of ENTRY (or of any computation), as XLA's ``CallInliner``.
 
 JAX outlines helpers (``jnp.where``, ``nan_to_num``, ``norm``...) into computations that ENTRY
 reaches through ``call``; code generation wants one flat ENTRY of ordinary ops. Each ``call``
@@ -16,63 +16,52 @@ control predecessors become control predecessors of every copied instruction, as
 ordered all of them. The call's own attributes (``metadata``, ``frontend_attributes``...) are
 dropped, as XLA drops them.
 
-Only ENTRY is rewritten: calls inside ``while`` bodies and conditions, conditional branches
-and other called computations are left as they are (the interpreter and runtime handle them).
-Computations that no call reaches any more stay in the module (XLA removes them with DCE).
+Only the computation given is rewritten (a module's ENTRY; ``prepare_control_flow`` gives it
+the computations ``while`` and ``conditional`` run): calls inside other computations are left
+as they are (the interpreter and runtime handle them). Computations that no call reaches any
+more stay in the module (XLA removes them with DCE).
 """
 from __future__ import annotations
 
-import dataclasses
-
-from hlo_compile.hlo.attributes import Attribute
 from hlo_compile.hlo.errors import HloError
-from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule
-from hlo_compile.passes.wrap_fusions import _fresh
+from hlo_compile.hlo.ir import HloComputation, HloInstruction, clone_instruction
+from hlo_compile.hlo.rewrite import (NameScope, Target, computation_of, control_predecessors, insert_instructions,
+                                     replace_uses, set_control_predecessors)
 
-_CONTROL = "control-predecessors"
 
-
-def inline_calls(module: HloModule) -> HloModule:
-    """Inline every ``call`` of ``module``'s ENTRY (recursively); rewrites in place and
-    returns the module. See the module docstring for what is and is not inlined."""
-    entry = module.entry
-    if not any(i.opcode == "call" for i in entry.instructions):
-        return module
-    taken = {i.name for i in entry.instructions}
+def inline_calls(target: Target) -> Target:
+    """Inline every ``call`` of ``target`` (a computation, or a module's ENTRY), recursively;
+    rewrites in place and returns ``target``. See the module docstring for what is and is not
+    inlined."""
+    comp = computation_of(target)
+    if not any(i.opcode == "call" for i in comp.instructions):
+        return target
+    names = NameScope.of_instructions([comp])
     out: list[HloInstruction] = []
-    replaced: dict[int, HloInstruction] = {}  # id(call in ENTRY) -> what now stands for it
-    for inst in entry.instructions:
+    replaced: dict[HloInstruction, HloInstruction] = {}  # call -> what now stands for it
+    for inst in comp.instructions:
         if inst.opcode != "call":
             out.append(inst)
             continue
-        taken.discard(inst.name)
-        operands = [replaced.get(id(op), op) for op in inst.operands]  # an earlier call's result
-        control = [replaced.get(id(p), p) for p in _control(inst)]
-        value = _Inliner(out, taken).inline(inst, operands, control, ())
-        replaced[id(inst)] = value
-        if entry.root is inst:
-            entry.root = value
-    # ENTRY's own instructions after a call may name it, as an operand or a control predecessor
-    # (the copies were built with resolved operands already).
-    for inst in out:
-        inst.operands = [replaced.get(id(op), op) for op in inst.operands]
-        preds = _control(inst)
-        if any(id(p) in replaced for p in preds):
-            _set_control(inst, [replaced.get(id(p), p) for p in preds])
-    entry.instructions = out
-    for inst in out:
-        inst.parent = entry
-    entry.rebuild_users()
-    return module
+        names.release(inst.name)
+        operands = [replaced.get(op, op) for op in inst.operands]  # an earlier call's result
+        control = [replaced.get(p, p) for p in control_predecessors(inst)]
+        replaced[inst] = _Inliner(out, names).inline(inst, operands, control, ())
+    # the computation's own instructions after a call may name it, as an operand, a control
+    # predecessor or ROOT (the copies were built with resolved operands already)
+    comp.instructions = []
+    insert_instructions(comp, out)
+    replace_uses(comp, replaced)
+    return target
 
 
 class _Inliner:
     """Appends copies of called computations' instructions to ``out``, naming them freshly
-    against ``taken`` (ENTRY's names)."""
+    in ``names`` (the names of the computation they are inlined into)."""
 
-    def __init__(self, out: list[HloInstruction], taken: set[str]):
+    def __init__(self, out: list[HloInstruction], names: NameScope):
         self.out = out
-        self.taken = taken
+        self.names = names
 
     def inline(self, call: HloInstruction, operands: list[HloInstruction], control: list[HloInstruction],
                active: tuple[int, ...]) -> HloInstruction:
@@ -93,7 +82,7 @@ class _Inliner:
                 mapping[id(inst)] = operands[inst.parameter_number]
                 continue
             new_operands = [mapping[id(op)] for op in inst.operands]
-            preds = _dedup([mapping[id(p)] for p in _control(inst)] + control)
+            preds = [mapping[id(p)] for p in control_predecessors(inst)] + control
             if inst.opcode == "call":
                 mapping[id(inst)] = self.inline(inst, new_operands, preds, active)
             else:
@@ -102,40 +91,8 @@ class _Inliner:
 
     def copy(self, inst: HloInstruction, operands: list[HloInstruction],
              control: list[HloInstruction]) -> HloInstruction:
-        attrs = {k: dataclasses.replace(a) for k, a in inst.attributes.items() if k != _CONTROL}
-        new = HloInstruction(_fresh(inst.name, self.taken), inst.opcode, inst.shape, operands, attrs,
-                             literal_text=inst.literal_text, parameter_number=inst.parameter_number,
-                             location=inst.location)
-        new._literal = inst._literal  # a parsed constant's value: immutable, share it
+        new = clone_instruction(inst, operands, name=self.names.fresh(inst.name))
         new.declared_operand_shapes = [op.shape for op in operands]
-        _set_control(new, control)
+        set_control_predecessors(new, control)
         self.out.append(new)
         return new
-
-
-# ---- helpers --------------------------------------------------------------------------------
-
-def _control(inst: HloInstruction) -> list[HloInstruction]:
-    value = inst.attr(_CONTROL, ())
-    return list(value) if isinstance(value, tuple) else []
-
-
-def _set_control(inst: HloInstruction, preds: list[HloInstruction]) -> None:
-    """Set (or, for an empty list, remove) ``control-predecessors``, its text rebuilt from the
-    predecessors' current names."""
-    preds = _dedup(preds)
-    if not preds:
-        inst.attributes.pop(_CONTROL, None)
-        return
-    inst.attributes[_CONTROL] = Attribute(_CONTROL, "{" + ", ".join(f"%{p.name}" for p in preds) + "}",
-                                          tuple(preds))
-
-
-def _dedup(insts: list[HloInstruction]) -> list[HloInstruction]:
-    seen: set[int] = set()
-    out = []
-    for i in insts:
-        if id(i) not in seen:
-            seen.add(id(i))
-            out.append(i)
-    return out

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from hlo_compile.hlo.attributes import Attribute
 from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule
+from hlo_compile.hlo.rewrite import NameScope, insert_instructions, new_instruction, replace_uses
 from hlo_compile.hlo.shape import Shape
 
 
@@ -45,27 +46,16 @@ def same_layout(a: Shape, b: Shape) -> bool:
 
 
 class _Relayout:
-    """Builds the copies of one computation, appending them to ``out`` as it goes."""
+    """Builds relayout copies (not yet in any computation), collecting them in ``new``."""
 
-    def __init__(self, comp: HloComputation, taken: set[str]):
-        self.comp, self.taken = comp, taken
-        self.out: list[HloInstruction] = []
-
-    def fresh(self, base: str) -> str:
-        name, i = base, 0
-        while name in self.taken:
-            i += 1
-            name = f"{base}.{i}"
-        self.taken.add(name)
-        return name
+    def __init__(self, names: NameScope):
+        self.names = names
+        self.new: list[HloInstruction] = []
 
     def add(self, name: str, opcode: str, shape: Shape, operands: list[HloInstruction],
             attributes: dict[str, Attribute] | None = None, like: HloInstruction | None = None) -> HloInstruction:
-        inst = HloInstruction(self.fresh(name), opcode, shape, operands, attributes,
-                              location=like.location if like is not None else None)
-        inst.declared_operand_shapes = [o.shape for o in operands]
-        inst.parent = self.comp
-        self.out.append(inst)
+        inst = new_instruction(self.names.fresh(name), opcode, shape, operands, attributes, like=like)
+        self.new.append(inst)
         return inst
 
     def to(self, value: HloInstruction, want: Shape, like: HloInstruction) -> HloInstruction:
@@ -125,62 +115,60 @@ def _actual_shape(inst: HloInstruction) -> Shape:
     return inst.shape
 
 
-def _fix_computation(comp: HloComputation, taken: set[str]) -> None:
-    r = _Relayout(comp, taken)
-    replaced: dict[int, HloInstruction] = {}
+def _fix_computation(comp: HloComputation, names: NameScope) -> None:
     for inst in list(comp.instructions):
-        inst.operands = [replaced.get(id(o), o) for o in inst.operands]
-        _fix_callee_boundaries(inst, taken)
+        _fix_callee_boundaries(inst, names)
+        r = _Relayout(names)
         for k, want in _callee_parameter_shapes(inst).items():
             inst.operands[k] = r.to(inst.operands[k], want, inst)
-        r.out.append(inst)
+        insert_instructions(comp, r.new, before=inst)
         actual = _actual_shape(inst)
         if actual is not inst.shape and not same_layout(actual, inst.shape):
             declared, inst.shape = inst.shape, actual
             if inst.opcode in ("tuple", "opt-barrier"):
                 continue  # a tuple only groups buffers: it takes their layouts
-            replaced[id(inst)] = r.to(inst, declared, inst)
-    comp.root = replaced.get(id(comp.root), comp.root)
-    comp.instructions = r.out
+            r = _Relayout(names)
+            _relayout_result(comp, inst, r.to(inst, declared, inst), r.new)
     comp.rebuild_users()
 
 
-def _fix_callee_boundaries(inst: HloInstruction, taken: set[str]) -> None:
+def _relayout_result(comp: HloComputation, value: HloInstruction, converted: HloInstruction,
+                     chain: list[HloInstruction]) -> None:
+    """Users of ``value`` read ``converted`` instead, computed from it by ``chain`` (put right
+    after ``value``)."""
+    replace_uses(comp, {value: converted})  # before the chain, which reads value, joins comp
+    insert_instructions(comp, chain, after=value)
+
+
+def _fix_callee_boundaries(inst: HloInstruction, names: NameScope) -> None:
     """The ends of the computations a while or conditional runs (already fixed inside)."""
     if inst.opcode == "while":
         state = inst.attr("body").parameter(0).shape
-        _end_with(inst.attr("body"), state, taken)
-        _retype_parameter(inst.attr("condition"), state, taken)
+        _end_with(inst.attr("body"), state, names)
+        _retype_parameter(inst.attr("condition"), state, names)
     elif inst.opcode == "conditional":
         for c in _branches(inst):
-            _end_with(c, inst.shape, taken)
+            _end_with(c, inst.shape, names)
 
 
-def _retype_parameter(comp: HloComputation, want: Shape, taken: set[str]) -> None:
+def _retype_parameter(comp: HloComputation, want: Shape, names: NameScope) -> None:
     """Parameter 0 of ``comp`` receives a value laid out as ``want``: relay it out inside."""
     param = comp.parameter(0)
     if same_layout(param.shape, want):
         return
     declared, param.shape = param.shape, want
-    r = _Relayout(comp, taken)
-    converted = r.to(param, declared, param)
-    for inst in comp.instructions:
-        if inst is not param:
-            inst.operands = [converted if o is param else o for o in inst.operands]
-    if comp.root is param:
-        comp.root = converted
-    at = comp.instructions.index(param) + 1
-    comp.instructions[at:at] = r.out
-    comp.rebuild_users()
+    r = _Relayout(names)
+    _relayout_result(comp, param, r.to(param, declared, param), r.new)
 
 
-def _end_with(comp: HloComputation, want: Shape, taken: set[str]) -> None:
+def _end_with(comp: HloComputation, want: Shape, names: NameScope) -> None:
     """Make ``comp``'s root laid out as ``want``."""
     if same_layout(comp.root.shape, want):
         return
-    r = _Relayout(comp, taken)
-    comp.root = r.to(comp.root, want, comp.root)
-    comp.instructions.extend(r.out)
+    r = _Relayout(names)
+    root = r.to(comp.root, want, comp.root)
+    insert_instructions(comp, r.new)
+    comp.root = root
     comp.rebuild_users()
 
 
@@ -210,7 +198,7 @@ def _executed_post_order(module: HloModule) -> list[HloComputation]:
 
 def align_layouts(module: HloModule) -> HloModule:
     """Insert the copies that make layouts agree across computation boundaries; in place."""
-    taken = {i.name for c in module.computations for i in c.instructions}
+    names = NameScope.of_instructions(module.computations)
     for comp in _executed_post_order(module):  # callees first: callers see their final layouts
-        _fix_computation(comp, taken)
+        _fix_computation(comp, names)
     return module

@@ -17,7 +17,11 @@ it (the reducer would then see a fusion).
 """
 from __future__ import annotations
 
-from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule
+from hlo_compile.hlo.ir import HloComputation, HloModule
+from hlo_compile.hlo.rewrite import NameScope, rename
+
+from .inline_calls import inline_calls
+from .wrap_fusions import fuse_and_wrap
 
 # attribute names of the computations each control-flow opcode runs on the host side
 CONTROL_FLOW_ATTRIBUTES = {
@@ -57,8 +61,6 @@ def prepare_control_flow(module: HloModule, fusion: bool = True) -> HloModule:
     """Inline calls, fuse (unless ``fusion`` is false) and wrap lone instructions in every
     computation reached from ENTRY through while/conditional (ENTRY itself is expected to be
     prepared already); rewrites in place and returns the module."""
-    from . import fuse_and_wrap
-    from .inline_calls import inline_calls
     entry = module.entry
     done = {id(entry)}
     pending = control_flow_callees(entry)
@@ -68,13 +70,7 @@ def prepare_control_flow(module: HloModule, fusion: bool = True) -> HloModule:
         if id(comp) in done:
             continue
         done.add(id(comp))
-        # the two passes work on ``module.entry``: point it at ``comp`` for their time
-        module.entry = comp
-        try:
-            inline_calls(module)
-            fuse_and_wrap(module, fusion)
-        finally:
-            module.entry = entry
+        fuse_and_wrap(inline_calls(comp), fusion)
         prepared.append(comp)
         pending.extend(c for c in control_flow_callees(comp) if id(c) not in done)
     if prepared:
@@ -83,26 +79,12 @@ def prepare_control_flow(module: HloModule, fusion: bool = True) -> HloModule:
 
 
 def _unique_fusion_names(comps: list[HloComputation]) -> None:
-    from .wrap_fusions import _fresh
-    taken: set[str] = set()
-    for comp in comps:
-        taken.update(i.name for i in comp.instructions)
+    names = NameScope.of_instructions(comps)
     seen: set[str] = set()
     for comp in comps:
         for inst in comp.instructions:
             if inst.opcode != "fusion":
                 continue
             if inst.name in seen:
-                _rename(inst, _fresh(inst.name, taken))
+                rename(inst, names.fresh(inst.name))
             seen.add(inst.name)
-
-
-def _rename(inst: HloInstruction, name: str) -> None:
-    """Rename ``inst``; control-predecessor lists that name it get their text rebuilt."""
-    from .inline_calls import _control, _set_control
-    inst.name = name
-    comp = inst.parent
-    for other in (comp.instructions if comp is not None else ()):
-        preds = _control(other)
-        if any(p is inst for p in preds):
-            _set_control(other, preds)

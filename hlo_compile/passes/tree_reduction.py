@@ -18,42 +18,50 @@ Produced reduces that are still not race-free are split again (worklist). Variad
 intermediate tuple is taken apart with get-tuple-element). Reduces whose operand or output
 has a non-default layout, or that are not "from or to contiguous dimensions", are left
 alone. Like XLA, this relies on the init value being an identity of the reducer.
+
+What is race-free comes from the code generator's fusion analysis (``codegen/fusion_analysis``,
+XLA's ``is_race_free``), for the device the module is compiled for.
 """
 from __future__ import annotations
 
 import math
 
-from hlo_compile.hlo.attributes import Attribute
-from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule
+from hlo_compile.codegen.device_info import DeviceInfo
+from hlo_compile.codegen.fusion_analysis import (is_race_free, is_reduction_from_or_to_contiguous_dimensions,
+                                                 reduction_dimensions)
+from hlo_compile.hlo.attributes import Attribute, decode
+from hlo_compile.hlo.ir import HloComputation, HloInstruction
+from hlo_compile.hlo.rewrite import (NameScope, Target, computation_of, insert_instructions, module_of,
+                                     new_instruction, replace_instructions, take_name)
 from hlo_compile.hlo.shape import Shape
 
 BATCH_RACE_FREE_BOUND = 8          # row z
 ROW_RACE_FREE_BOUND = 1024 * 16    # row x
 
 
-def rewrite_tree_reductions(module: HloModule, device) -> HloModule:
-    """Rewrite every non-race-free ``reduce`` of ENTRY in place; returns ``module``."""
-    entry = module.entry
-    taken = {i.name for c in module.computations for i in c.instructions}
-    work = [i for i in entry.instructions if i.opcode == "reduce"]
+def rewrite_tree_reductions(target: Target, device: DeviceInfo | None) -> Target:
+    """Rewrite every non-race-free ``reduce`` of ``target`` (a computation, or a module's
+    ENTRY) in place; returns ``target``."""
+    comp = computation_of(target)
+    names = NameScope.of_instructions(module_of(comp).computations)
+    work = [i for i in comp.instructions if i.opcode == "reduce"]
     while work:
         inst = work.pop(0)
-        new = _rewrite(entry, inst, device, taken)
+        new = _rewrite(comp, inst, device, names)
         work.extend(new)
-    entry.rebuild_users()
-    return module
+    comp.rebuild_users()
+    return target
 
 
 # ---- one reduce ------------------------------------------------------------------------------
 
-def _column_bound(device) -> int:
+def _column_bound(device: DeviceInfo | None) -> int:
     return (device.threads_per_warp if device else 32) * 128
 
 
-def _rewrite(comp: HloComputation, red: HloInstruction, device, taken: set[str]) -> list[HloInstruction]:
+def _rewrite(comp: HloComputation, red: HloInstruction, device: DeviceInfo | None,
+             names: NameScope) -> list[HloInstruction]:
     """Replace ``red`` if it is not race-free; returns the new reduces (to be checked again)."""
-    from .fusion_analysis import (is_race_free, is_reduction_from_or_to_contiguous_dimensions,
-                                  reduction_dimensions)
     n_in = len(red.operands) // 2
     inputs, inits = red.operands[:n_in], red.operands[n_in:]
     outs = red.shape.tuple_shapes if red.shape.is_tuple else [red.shape]
@@ -76,7 +84,7 @@ def _rewrite(comp: HloComputation, red: HloInstruction, device, taken: set[str])
     dims = [norm[i][0] for i in keep]
     reduced = [norm[i][1] for i in keep]
     split = keep.index(split)
-    b = _Builder(comp, red, taken)
+    b = _Builder(comp, red, names)
     xs = [x if tuple(x.shape.dimensions) == tuple(dims) else
           b.add(_name(red, "normalized"), "bitcast", _shape(x, dims), [x]) for x in inputs]
     if rd.is_row and rd.dimensions[0] > BATCH_RACE_FREE_BOUND:
@@ -96,7 +104,7 @@ def _rewrite(comp: HloComputation, red: HloInstruction, device, taken: set[str])
         pdims[split] = padded_n
         cfg = "x".join(f"0_{padded_n - n}" if i == split else "0_0" for i in range(len(dims)))
         xs = [b.add(_name(red, "padded"), "pad", _shape(x, pdims), [x, init],
-                    {"padding": Attribute("padding", cfg, _decode("padding", cfg))})
+                    {"padding": Attribute("padding", cfg, decode("padding", cfg))})
               for x, init in zip(xs, inits)]
     rdims = dims[:split] + [k1, k2] + dims[split + 1:]
     rreduced = reduced[:split] + [True, True] + reduced[split + 1:]
@@ -143,11 +151,6 @@ def _should_swap(k: int, n_div_k: int, n: int, bound: int, is_row: bool) -> bool
 
 # ---- building instructions -------------------------------------------------------------------
 
-def _decode(name: str, raw: str):
-    from hlo_compile.hlo.attributes import decode
-    return decode(name, raw)
-
-
 def _shape(x: HloInstruction, dims) -> Shape:
     return Shape.array(x.shape.element_type, dims)
 
@@ -159,20 +162,13 @@ def _name(red: HloInstruction, what: str) -> str:
 class _Builder:
     """Inserts new instructions before ``red`` and finally replaces ``red``."""
 
-    def __init__(self, comp: HloComputation, red: HloInstruction, taken: set[str]):
-        self.comp, self.red, self.taken = comp, red, taken
+    def __init__(self, comp: HloComputation, red: HloInstruction, names: NameScope):
+        self.comp, self.red, self.names = comp, red, names
         self.inits = red.operands[len(red.operands) // 2:]
 
     def add(self, name: str, opcode: str, shape: Shape, operands, attrs=None) -> HloInstruction:
-        base, i = name, 0
-        while name in self.taken:
-            i += 1
-            name = f"{base}.{i}"
-        self.taken.add(name)
-        inst = HloInstruction(name, opcode, shape, operands, attrs, location=self.red.location)
-        inst.parent = self.comp
-        pos = self.comp.instructions.index(self.red)
-        self.comp.instructions.insert(pos, inst)
+        inst = new_instruction(self.names.fresh(name), opcode, shape, operands, attrs, like=self.red)
+        insert_instructions(self.comp, [inst], before=self.red)
         return inst
 
     def reduce(self, name: str, inputs, inits, dims) -> HloInstruction:
@@ -195,7 +191,7 @@ class _Builder:
     def finish(self, outer: HloInstruction, outs) -> None:
         """Bitcast ``outer`` to the original result shapes; the original name goes to the
         instruction that replaces ``red``."""
-        red, comp = self.red, self.comp
+        red = self.red
         leaves = self.leaves(outer, [Shape.array(s.element_type, [d for d in _kept(outer, k)])
                                      for k, s in enumerate(outs)])
         results = []
@@ -209,19 +205,8 @@ class _Builder:
         else:
             final = results[0]
         # the replacement takes the original name (users, ROOT and dumps keep naming it)
-        self.taken.discard(final.name)
-        old_name, final.name = final.name, red.name
-        red.name = old_name + ".replaced"
-        comp.instructions.remove(red)
-        for inst in comp.instructions:
-            if any(o is red for o in inst.operands):
-                inst.operands = [final if o is red else o for o in inst.operands]
-            control = inst.attributes.get("control-predecessors")
-            if control is not None and isinstance(control.value, tuple):
-                control.value = tuple(final if p is red else p for p in control.value)
-        if comp.root is red:
-            comp.root = final
-        comp.rebuild_users()
+        take_name(final, red, self.names)
+        replace_instructions(self.comp, {red: final})
 
 
 def _kept(reduce: HloInstruction, k: int):

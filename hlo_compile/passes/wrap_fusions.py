@@ -1,4 +1,5 @@
-"""Wrap lone ENTRY instructions into single-instruction fusions, as XLA's ``FusionWrapper``.
+"""Wrap lone instructions (of ENTRY, or of a computation control flow runs) into
+single-instruction fusions, as XLA's ``FusionWrapper``.
 
 Code generation works on fusions only: one fusion is one kernel. After fusion, XLA wraps every
 instruction left outside a fusion that still needs a kernel (an ``add`` between two custom
@@ -16,8 +17,12 @@ modules whose last computation *is* the fused computation; it builds the ENTRY t
 """
 from __future__ import annotations
 
-from hlo_compile.hlo.attributes import Attribute
 from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule
+from hlo_compile.hlo.rewrite import (NameScope, Target, add_computation, computation_of, module_of,
+                                     new_instruction, replace_instructions, set_entry)
+
+from .fusion import fuse_instructions
+from .fusion_builder import build_fusion, fusion_attributes
 
 # Opcodes that never get a kernel of their own.
 _NO_KERNEL = frozenset({
@@ -38,34 +43,33 @@ def needs_kernel(inst: HloInstruction) -> bool:
     return not inst.opcode.endswith(_ASYNC_SUFFIXES)
 
 
-def wrap_lone_instructions(module: HloModule) -> HloModule:
-    """Wrap every ENTRY instruction that needs a kernel into a ``kind=kLoop`` fusion.
+def wrap_lone_instructions(target: Target) -> Target:
+    """Wrap every instruction of ``target`` (a computation, or a module's ENTRY) that needs a
+    kernel into a ``kind=kLoop`` fusion.
 
-    The module is rewritten in place and returned. Each wrapped instruction moves into a new
-    computation ``fused_<name>`` (placed before ENTRY) whose parameters stand for its distinct
-    operands; in ENTRY a ``fusion`` of the same name, shape and (distinct) operands replaces
+    Rewrites in place and returns ``target``. Each wrapped instruction moves into a new
+    computation ``fused_<name>`` (placed before the computation) whose parameters stand for its
+    distinct operands; a ``fusion`` of the same name, shape and (distinct) operands replaces
     it. Control predecessors move to the fusion, since the wrapped instruction no longer
     lives beside them.
     """
-    entry = module.entry
-    taken = {c.name for c in module.computations}
-    replaced: dict[int, HloInstruction] = {}
-    for inst in list(entry.instructions):
-        if not needs_kernel(inst):
-            continue
-        name = _fresh(f"fused_{inst.name}", taken)
-        fusion = _wrap(inst, name)
-        comp = fusion.fused_computation
-        comp.parent = module
-        module.computations.insert(module.computations.index(entry), comp)
-        entry.instructions[entry.instructions.index(inst)] = fusion
-        fusion.parent = entry
-        if entry.root is inst:
-            entry.root = fusion
-        replaced[id(inst)] = fusion
-    if replaced:
-        _redirect_uses(entry, replaced)
-    return module
+    comp = computation_of(target)
+    module = module_of(comp)
+    names = NameScope.of_computations(module)
+    replaced: dict[HloInstruction, HloInstruction] = {}
+    for inst in comp.instructions:
+        if needs_kernel(inst):
+            fusion = build_fusion([inst], inst, names.fresh(f"fused_{inst.name}"), "kLoop")
+            add_computation(module, fusion.fused_computation, before=comp)
+            replaced[inst] = fusion
+    replace_instructions(comp, replaced)
+    return target
+
+
+def fuse_and_wrap(target: Target, fusion: bool = True) -> Target:
+    """``target``'s lone instructions grouped into fusions (skipped with ``fusion=False``),
+    then the rest wrapped one per fusion."""
+    return wrap_lone_instructions(fuse_instructions(target) if fusion else target)
 
 
 def wrap_entry_as_fusion(module: HloModule, kind: str = "kLoop") -> HloModule:
@@ -75,70 +79,10 @@ def wrap_entry_as_fusion(module: HloModule, kind: str = "kLoop") -> HloModule:
     body = module.entry
     if any(i.opcode == "fusion" for i in body.instructions):
         return module
-    params = [HloInstruction(p.name, "parameter", p.shape, parameter_number=p.parameter_number)
+    params = [new_instruction(p.name, "parameter", p.shape, parameter_number=p.parameter_number)
               for p in body.parameters]
-    fusion = HloInstruction("fusion", "fusion", body.root.shape, params, _fusion_attrs(body, kind))
-    taken = {c.name for c in module.computations}
-    entry = HloComputation(_fresh("main", taken), params + [fusion], fusion, is_entry=True)
-    body.is_entry = False
-    entry.parent = module
-    module.computations.insert(module.computations.index(body) + 1, entry)
-    module.entry = entry
+    fusion = new_instruction("fusion", "fusion", body.root.shape, params, fusion_attributes(body, kind))
+    entry = HloComputation(NameScope.of_computations(module).fresh("main"), params + [fusion], fusion)
+    add_computation(module, entry, after=body)
+    set_entry(module, entry)
     return module
-
-
-# ---- helpers --------------------------------------------------------------------------------
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name, i = base, 0
-    while name in taken:
-        i += 1
-        name = f"{base}.{i}"
-    taken.add(name)
-    return name
-
-
-def _fusion_attrs(comp: HloComputation, kind: str) -> dict[str, Attribute]:
-    return {"kind": Attribute("kind", kind, kind), "calls": Attribute("calls", f"%{comp.name}", comp)}
-
-
-def fusion_parameters(members: list[HloInstruction], location) -> tuple[list[HloInstruction], list[HloInstruction]]:
-    """(the distinct operands the ``members`` of a new fusion read from outside it, in first-use
-    order; a ``param_<i>`` parameter for each, named apart from the members)."""
-    inside = {id(m) for m in members}
-    operands: list[HloInstruction] = []
-    for m in members:
-        for op in m.operands:
-            if id(op) not in inside and all(op is not o for o in operands):
-                operands.append(op)
-    used = {m.name for m in members}
-    params = [HloInstruction(_fresh(f"param_{i}", used), "parameter", op.shape, parameter_number=i,
-                             location=location) for i, op in enumerate(operands)]
-    return operands, params
-
-
-def _wrap(inst: HloInstruction, comp_name: str) -> HloInstruction:
-    """Move ``inst`` into a new computation and return the fusion instruction that calls it."""
-    operands, params = fusion_parameters([inst], inst.location)
-    by_id = {id(op): p for op, p in zip(operands, params)}
-    attrs = dict(inst.attributes)
-    control = attrs.pop("control-predecessors", None)
-    inst.attributes = attrs
-    inst.operands = [by_id[id(op)] for op in inst.operands]
-    comp = HloComputation(comp_name, params + [inst], inst)
-    fusion_attrs = _fusion_attrs(comp, "kLoop")
-    if control is not None:
-        fusion_attrs["control-predecessors"] = control
-    fusion = HloInstruction(inst.name, "fusion", inst.shape, operands, fusion_attrs, location=inst.location)
-    fusion.declared_operand_shapes = [op.shape for op in operands]
-    return fusion
-
-
-def _redirect_uses(entry: HloComputation, replaced: dict[int, HloInstruction]) -> None:
-    """Point operands and control predecessors that named a wrapped instruction at its fusion."""
-    for inst in entry.instructions:
-        inst.operands = [replaced.get(id(op), op) for op in inst.operands]
-        control = inst.attributes.get("control-predecessors")
-        if control is not None and isinstance(control.value, tuple):
-            control.value = tuple(replaced.get(id(p), p) for p in control.value)
-    entry.rebuild_users()

@@ -1,0 +1,281 @@
+"""Editing the IR in place: the operations every pass is built from.
+
+A pass makes new instructions with ``new_instruction`` (or ``clone_instruction`` in ``ir.py``),
+named by a ``NameScope``; puts them in a computation with ``insert_instructions``; points the
+users of a value at another with ``replace_uses``, or puts a new instruction in an old one's
+place with ``replace_instructions``; and drops what nothing reads any more with
+``remove_dead``. Uses are operands, the computation's ROOT, and ``control-predecessors`` lists
+(an instruction that waits for the old one waits for the new one). Each operation leaves the
+``users`` lists of the computation right. Attribute objects are never changed in place (copies
+of a module or an instruction share them): a changed attribute is a new ``Attribute``.
+"""
+from __future__ import annotations
+
+from typing import Collection, Iterable, Mapping, Sequence, TypeVar
+
+from .attributes import Attribute
+from .errors import HloError
+from .ir import HloComputation, HloInstruction, HloModule
+from .shape import Shape
+
+CONTROL_PREDECESSORS = "control-predecessors"
+
+Target = TypeVar("Target", HloModule, HloComputation)
+
+
+def computation_of(target: HloModule | HloComputation) -> HloComputation:
+    """The computation a pass given ``target`` rewrites: a module's ENTRY, or the computation."""
+    return target.entry if isinstance(target, HloModule) else target
+
+
+def module_of(comp: HloComputation) -> HloModule:
+    """The module ``comp`` belongs to (a pass that adds computations needs it)."""
+    if comp.parent is None:
+        raise HloError(f"computation {comp.name} belongs to no module")
+    return comp.parent
+
+
+# ---- names --------------------------------------------------------------------------------
+
+class NameScope:
+    """Names already taken; ``fresh`` hands out new ones as XLA's name uniquer does
+    (``base``, then ``base.1``, ``base.2``...)."""
+
+    def __init__(self, taken: Iterable[str] = ()):
+        self._taken = set(taken)
+
+    @classmethod
+    def of_instructions(cls, computations: Iterable[HloComputation]) -> "NameScope":
+        """The instruction names of ``computations``."""
+        return cls(i.name for c in computations for i in c.instructions)
+
+    @classmethod
+    def of_computations(cls, module: HloModule) -> "NameScope":
+        """The computation names of ``module``."""
+        return cls(c.name for c in module.computations)
+
+    def fresh(self, base: str) -> str:
+        """A name not taken yet (``base`` itself when it is free), now taken."""
+        name, i = base, 0
+        while name in self._taken:
+            i += 1
+            name = f"{base}.{i}"
+        self._taken.add(name)
+        return name
+
+    def release(self, name: str) -> None:
+        """``name`` is free again (its instruction left or took another name)."""
+        self._taken.discard(name)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._taken
+
+
+def take_name(new: HloInstruction, old: HloInstruction, names: NameScope) -> None:
+    """``new`` takes ``old``'s name, so that dumps and users keep naming what the user wrote;
+    ``new``'s own name is released. ``old`` is about to leave its computation."""
+    names.release(new.name)
+    new.name = old.name
+
+
+def rename(inst: HloInstruction, name: str) -> None:
+    """Rename ``inst``; the text of control-predecessor lists naming it is rebuilt."""
+    inst.name = name
+    for other in (inst.parent.instructions if inst.parent is not None else ()):
+        preds = control_predecessors(other)
+        if any(p is inst for p in preds):
+            set_control_predecessors(other, preds)
+
+
+# ---- making and placing instructions ------------------------------------------------------
+
+def new_instruction(name: str, opcode: str, shape: Shape, operands: Sequence[HloInstruction] = (),
+                    attributes: dict[str, Attribute] | None = None, *, like: HloInstruction | None = None,
+                    literal_text: str | None = None, parameter_number: int | None = None) -> HloInstruction:
+    """A new instruction whose declared operand shapes are its operands' shapes and whose
+    source location is that of ``like`` (the instruction it stands for or derives from)."""
+    inst = HloInstruction(name, opcode, shape, operands, attributes, literal_text=literal_text,
+                          parameter_number=parameter_number, location=like.location if like is not None else None)
+    inst.declared_operand_shapes = [op.shape for op in operands]
+    return inst
+
+
+def insert_instructions(comp: HloComputation, insts: Sequence[HloInstruction], *,
+                        before: HloInstruction | None = None, after: HloInstruction | None = None) -> None:
+    """Put ``insts`` (in order, operands first) into ``comp``: before ``before``, after
+    ``after``, or at the end."""
+    if before is not None and after is not None:
+        raise ValueError("insert_instructions: give before or after, not both")
+    if not insts:
+        return
+    if before is not None:
+        at = _position(comp, before)
+    elif after is not None:
+        at = _position(comp, after) + 1
+    else:
+        at = len(comp.instructions)
+    comp.instructions[at:at] = insts
+    for inst in insts:
+        inst.parent = comp
+        for op in inst.operands:
+            if all(u is not inst for u in op.users):
+                op.users.append(inst)
+
+
+def _position(comp: HloComputation, inst: HloInstruction) -> int:
+    for k, i in enumerate(comp.instructions):
+        if i is inst:
+            return k
+    raise HloError(f"'{inst.name}' is not an instruction of computation {comp.name}")
+
+
+def remove_instructions(comp: HloComputation, insts: Collection[HloInstruction]) -> None:
+    """Take ``insts`` out of ``comp`` (whoever still reads them is the caller's business)."""
+    gone = set(insts)
+    comp.instructions = [i for i in comp.instructions if i not in gone]
+    for inst in gone:
+        if inst.parent is comp:
+            inst.parent = None
+    comp.rebuild_users()
+
+
+# ---- control predecessors -----------------------------------------------------------------
+
+def control_predecessors(inst: HloInstruction) -> list[HloInstruction]:
+    """The instructions ``inst`` must run after besides its operands."""
+    value = inst.attr(CONTROL_PREDECESSORS, ())
+    return list(value) if isinstance(value, tuple) else []
+
+
+def set_control_predecessors(inst: HloInstruction, preds: Iterable[HloInstruction]) -> None:
+    """Set ``inst``'s control predecessors (duplicates dropped; none removes the attribute),
+    the attribute text rebuilt from their current names."""
+    preds = _distinct(preds)
+    if not preds:
+        inst.attributes.pop(CONTROL_PREDECESSORS, None)
+        return
+    text = "{" + ", ".join(f"%{p.name}" for p in preds) + "}"
+    inst.attributes[CONTROL_PREDECESSORS] = Attribute(CONTROL_PREDECESSORS, text, tuple(preds))
+
+
+def _distinct(insts: Iterable[HloInstruction]) -> list[HloInstruction]:
+    out: list[HloInstruction] = []
+    for i in insts:
+        if all(i is not o for o in out):
+            out.append(i)
+    return out
+
+
+def _retarget_control(inst: HloInstruction, replacements: Mapping[HloInstruction, HloInstruction]) -> None:
+    """Control predecessors of ``inst`` that are keys of ``replacements`` become their values;
+    the attribute text is kept verbatim when the names it lists do not change."""
+    old = control_predecessors(inst)
+    if not any(p in replacements for p in old):
+        return
+    new = [replacements.get(p, p) for p in old]
+    if [p.name for p in _distinct(new)] == [p.name for p in old]:
+        raw = inst.attributes[CONTROL_PREDECESSORS].raw
+        inst.attributes[CONTROL_PREDECESSORS] = Attribute(CONTROL_PREDECESSORS, raw, tuple(_distinct(new)))
+    else:
+        set_control_predecessors(inst, new)
+
+
+# ---- redirecting uses ---------------------------------------------------------------------
+
+def replace_uses(comp: HloComputation, replacements: Mapping[HloInstruction, HloInstruction]) -> None:
+    """In ``comp``, every use of a key of ``replacements`` (as an operand, as ROOT, as a
+    control predecessor) becomes a use of its value. One sweep over ``comp`` for any number
+    of replacements; the values' own operands are rewritten too, so build a replacement that
+    reads the old value before it joins ``comp``."""
+    if not replacements:
+        return
+    for inst in comp.instructions:
+        if any(op in replacements for op in inst.operands):
+            inst.operands = [replacements.get(op, op) for op in inst.operands]
+        _retarget_control(inst, replacements)
+    comp.root = replacements.get(comp.root, comp.root)
+    comp.rebuild_users()
+
+
+def replace_instructions(comp: HloComputation, replacements: Mapping[HloInstruction, HloInstruction]) -> None:
+    """Each key of ``replacements`` leaves ``comp`` and its value stands for it: the value
+    takes the key's place in the instruction order (unless it is in ``comp`` already), its
+    control predecessors (the key keeps none) and all its uses. A value must not read its key."""
+    placed = {id(i) for i in comp.instructions if i not in replacements}  # stay where they are
+    order = []
+    for inst in comp.instructions:
+        new = replacements.get(inst)
+        if new is None:
+            order.append(inst)
+        elif id(new) not in placed:
+            placed.add(id(new))
+            order.append(new)
+    comp.instructions = order
+    for old, new in replacements.items():
+        _move_control_predecessors(old, new)
+        if old.parent is comp:
+            old.parent = None
+        new.parent = comp
+    replace_uses(comp, replacements)
+
+
+def _move_control_predecessors(old: HloInstruction, new: HloInstruction) -> None:
+    preds = control_predecessors(old)
+    if not preds:
+        return
+    attr = old.attributes.pop(CONTROL_PREDECESSORS)
+    if control_predecessors(new):
+        set_control_predecessors(new, control_predecessors(new) + preds)
+    else:
+        new.attributes[CONTROL_PREDECESSORS] = attr
+
+
+def remove_dead(comp: HloComputation, candidates: Iterable[HloInstruction]) -> list[HloInstruction]:
+    """Remove the ``candidates`` that nothing in ``comp`` reads (as an operand, as ROOT, as a
+    control predecessor), transitively: removing one may leave another candidate unread.
+    Instructions that are not candidates always stay. Returns the removed ones."""
+    pending = set(candidates)
+    removed: list[HloInstruction] = []
+    while pending:
+        read = {comp.root}
+        for inst in comp.instructions:
+            read.update(inst.operands)
+            read.update(control_predecessors(inst))
+        dead = [i for i in comp.instructions if i in pending and i not in read]
+        if not dead:
+            break
+        remove_instructions(comp, dead)
+        pending.difference_update(dead)
+        removed.extend(dead)
+    comp.rebuild_users()
+    return removed
+
+
+# ---- computations -------------------------------------------------------------------------
+
+def add_computation(module: HloModule, comp: HloComputation, *, before: HloComputation | None = None,
+                    after: HloComputation | None = None) -> None:
+    """Add ``comp`` to ``module``: before ``before``, after ``after``, or at the end (text
+    order: a computation is printed before the computations that call it)."""
+    if before is not None and after is not None:
+        raise ValueError("add_computation: give before or after, not both")
+    comps = module.computations
+    at = len(comps)
+    if before is not None or after is not None:
+        anchor = before if before is not None else after
+        at = next(k for k, c in enumerate(comps) if c is anchor) + (after is not None)
+    comps.insert(at, comp)
+    comp.parent = module
+
+
+def remove_computations(module: HloModule, comps: Iterable[HloComputation]) -> None:
+    """Drop ``comps`` from ``module`` (nothing may call them any more)."""
+    gone = {id(c) for c in comps}
+    module.computations = [c for c in module.computations if id(c) not in gone]
+
+
+def set_entry(module: HloModule, comp: HloComputation) -> None:
+    """Make ``comp`` (already in ``module``) its ENTRY."""
+    module.entry.is_entry = False
+    comp.is_entry = True
+    module.entry = comp

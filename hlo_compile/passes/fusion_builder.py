@@ -1,0 +1,50 @@
+"""Building a fusion: a new fused computation and the ``fusion`` instruction that calls it
+(used by ``fusion.py`` for groups and by ``wrap_fusions.py`` for single instructions)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from hlo_compile.hlo.attributes import Attribute
+from hlo_compile.hlo.ir import HloComputation, HloInstruction, clone_instruction
+from hlo_compile.hlo.rewrite import NameScope, new_instruction, set_control_predecessors
+
+
+def fusion_attributes(comp: HloComputation, kind: str) -> dict[str, Attribute]:
+    """``kind=<kind>, calls=%<comp>``."""
+    return {"kind": Attribute("kind", kind, kind), "calls": Attribute("calls", f"%{comp.name}", comp)}
+
+
+def fusion_parameters(members: Sequence[HloInstruction],
+                      like: HloInstruction) -> tuple[list[HloInstruction], list[HloInstruction]]:
+    """(the distinct operands the ``members`` of a new fusion read from outside it, in first-use
+    order; a ``param_<i>`` parameter for each, named apart from the members, located at
+    ``like``)."""
+    inside = {id(m) for m in members}
+    operands: list[HloInstruction] = []
+    for m in members:
+        for op in m.operands:
+            if id(op) not in inside and all(op is not o for o in operands):
+                operands.append(op)
+    names = NameScope(m.name for m in members)
+    params = [new_instruction(names.fresh(f"param_{i}"), "parameter", op.shape, parameter_number=i, like=like)
+              for i, op in enumerate(operands)]
+    return operands, params
+
+
+def build_fusion(members: Sequence[HloInstruction], root: HloInstruction, comp_name: str,
+                 kind: str) -> HloInstruction:
+    """A ``fusion`` named, shaped and located as ``root`` that reads the distinct operands the
+    ``members`` read from outside; it calls a new computation ``comp_name`` holding copies of
+    the members (in the order given, operands first; ``root``'s copy is its ROOT) after a
+    parameter per operand. The members stay where they are; their copies have no control
+    predecessors (ordering against other instructions is the fusion's)."""
+    operands, params = fusion_parameters(members, root)
+    copies = {id(op): p for op, p in zip(operands, params)}
+    body = []
+    for m in members:
+        copy = clone_instruction(m, [copies[id(o)] for o in m.operands])
+        set_control_predecessors(copy, ())
+        copies[id(m)] = copy
+        body.append(copy)
+    comp = HloComputation(comp_name, params + body, copies[id(root)])
+    return new_instruction(root.name, "fusion", root.shape, operands, fusion_attributes(comp, kind), like=root)
