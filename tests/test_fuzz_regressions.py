@@ -321,3 +321,33 @@ def test_convolution_multiplies_padding_zeros_by_nonfinite_weights():
     for fusion in (True, False):
         (out,) = run_host(CONV_NONFINITE_WEIGHTS, [np.array([[[1], [2], [3], [4]]], np.float32)], fusion)
         assert np.isnan(out).all(), out.ravel()
+
+
+# Two roots of one dims shared a subgraph although one (the broadcast) feeds, through a select
+# that a transpose also reads (so it has a subgraph of its own), the other: the root subgraph and
+# the select's called each other forever (the host kernel hung; seed 2000420). That root now has
+# a subgraph of its own.
+ROOT_READ_THROUGH_A_SHARED_SUBGRAPH = """HloModule fuzz_2000420
+fused_computation.13 {
+  param.14 = s32[8,13,8]{2,1,0} parameter(0)
+  c.3 = pred[] constant(false)
+  bcast.4 = pred[8,13,8]{2,1,0} broadcast(c.3), dimensions={}
+  select.5 = s32[8,13,8]{2,1,0} select(bcast.4, param.14, param.14)
+  transpose.6 = s32[13,8,8]{2,1,0} transpose(select.5), dimensions={1,0,2}
+  compare.9 = pred[8,13,8]{1,0,2} compare(select.5, select.5), direction=GT
+  ROOT tuple.16 = (pred[8,13,8]{2,1,0}, s32[13,8,8]{2,1,0}, pred[8,13,8]{1,0,2}) tuple(bcast.4, transpose.6, compare.9)
+}
+ENTRY main {
+  p.1 = s32[8,13,8]{2,1,0} parameter(0)
+  ROOT fusion.17 = (pred[8,13,8]{2,1,0}, s32[13,8,8]{2,1,0}, pred[8,13,8]{1,0,2}) fusion(p.1), kind=kLoop, calls=fused_computation.13
+}
+"""
+
+
+def test_subgraphs_never_call_each_other_in_a_cycle():
+    from hlo_compile.codegen.partitioner import partition
+    comp = parse_module(ROOT_READ_THROUGH_A_SHARED_SUBGRAPH).computation("fused_computation.13")
+    pc = partition(comp)
+    bcast = pc.subgraph_of[comp.instruction("bcast.4")]
+    assert bcast.roots == [comp.instruction("bcast.4")], pc.to_text()
+    _all_match(ROOT_READ_THROUGH_A_SHARED_SUBGRAPH, 2000420)

@@ -115,12 +115,57 @@ def _operand_maps(user: HloInstruction, operand: HloInstruction) -> list[Indexin
 
 
 def partition(comp: HloComputation, name_prefix: str = "") -> PartitionedComputation:
+    """The subgraphs of ``comp`` (see the module doc). Roots of one dims share a subgraph unless
+    that makes subgraphs call each other in a cycle (a root read by another subgraph that the
+    group's other roots read: ``t = tuple(b, compare(select(b, x, x), ..))`` with the select
+    shared by a transpose): such roots get a subgraph of their own."""
+    alone: set[int] = set()
+    while True:
+        pc = _partition(comp, name_prefix, alone)
+        more = _roots_closing_cycles(pc) - alone
+        if not more:
+            return pc
+        alone |= more
+
+
+def _roots_closing_cycles(pc: PartitionedComputation) -> set[int]:
+    """Roots of multi-root subgraphs that a subgraph on a cycle of calls reads."""
+    calls: dict[int, set[int]] = {id(sg): set() for sg in pc.subgraphs}
+    by_id = {id(sg): sg for sg in pc.subgraphs}
+    for sg in pc.subgraphs:
+        for inst in sg.instructions:
+            for op in inst.operands:
+                other = pc.subgraph_of.get(op)
+                if other is not None and other is not sg:
+                    calls[id(sg)].add(id(other))
+    out: set[int] = set()
+    for sg in pc.subgraphs:
+        for callee in calls[id(sg)]:
+            target = by_id[callee]
+            if len(target.roots) > 1 and _reaches(calls, callee, id(sg)):
+                out |= {id(op) for inst in sg.instructions for op in inst.operands if op in target.roots}
+    return out
+
+
+def _reaches(calls: dict[int, set[int]], start: int, goal: int) -> bool:
+    seen, stack = set(), [start]
+    while stack:
+        node = stack.pop()
+        if node == goal:
+            return True
+        if node not in seen:
+            seen.add(node)
+            stack.extend(calls[node])
+    return False
+
+
+def _partition(comp: HloComputation, name_prefix: str, alone: set[int]) -> PartitionedComputation:
     roots = list(dict.fromkeys(fusion_roots(comp)))
     # roots are grouped by their dims: each group is evaluated at its own output index
     groups: dict[tuple, list[HloInstruction]] = {}
     for r in roots:
         if r.opcode not in _LEAVES:
-            groups.setdefault(_root_dims(r), []).append(r)
+            groups.setdefault(("alone", id(r)) if id(r) in alone else _root_dims(r), []).append(r)
     root_groups = list(groups.values()) or [[comp.root]]
     subgraph_of: dict[HloInstruction, Subgraph] = {}
     index_from_root: dict[HloInstruction, IndexingMap | None] = {}
