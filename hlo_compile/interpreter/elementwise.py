@@ -149,6 +149,28 @@ def _binary(float_fn, int_fn=None):
     return handler
 
 
+def _float_pow(a, b):
+    """``pow`` with C99's special cases, as LLVM's pow and libdevice give them: numpy's vector
+    loop and its scalar path disagree on some (``(-inf) ** 0.5`` is NaN from one, inf from the
+    other), so they are set here: a base of -inf or -0 with a non-integer or even exponent acts
+    as +inf or +0, an odd integer exponent keeps the sign; ``x ** 0`` and ``1 ** y`` are 1, and
+    ``(-1) ** ±inf`` is 1."""
+    a, b = np.asarray(a), np.asarray(b)
+    out = np.asarray(np.power(a, b))
+    if out.dtype.kind == "c":
+        return out
+    a, b = np.broadcast_to(a, out.shape), np.broadcast_to(b, out.shape)
+    with np.errstate(all="ignore"):
+        odd = np.isfinite(b) & (np.floor(b) == b) & (np.fmod(b, 2) != 0)
+        neg_inf = np.isneginf(a) & ~np.isnan(b)
+        neg_zero = (a == 0) & np.signbit(a) & ~np.isnan(b)
+        big = np.where(b > 0, np.inf, 0.0)   # (-inf) ** b
+        small = np.where(b > 0, 0.0, np.inf)  # (-0) ** b
+        fixed = np.where(neg_inf, np.where(odd, -big, big), np.where(neg_zero, np.where(odd, -small, small), out))
+        fixed = np.where((b == 0) | (a == 1) | ((a == -1) & np.isinf(b)), 1.0, fixed)
+    return fixed.astype(out.dtype)
+
+
 def _int_div_parts(a, b, et):
     """XLA's special cases of integer division: divisor zero, and (signed) INT_MIN / -1.
     Returns (zero mask, overflow mask, safe divisor, truncated remainder)."""
@@ -210,7 +232,7 @@ op("subtract")(_binary(np.subtract, _pred_or_int(np.logical_xor, lambda a, b: a 
 op("multiply")(_binary(np.multiply, _pred_or_int(np.logical_and, lambda a, b: a * b)))
 op("divide")(_binary(np.divide, _int_div))
 op("remainder")(_binary(np.fmod, _int_rem))
-op("power")(_binary(np.power, _int_pow))
+op("power")(_binary(_float_pow, _int_pow))
 op("atan2")(_binary(np.arctan2, lambda a, b, et: np.arctan2(a, b)))
 op("maximum")(_binary(np.maximum, lambda a, b, et: np.maximum(a, b)))
 op("minimum")(_binary(np.minimum, lambda a, b, et: np.minimum(a, b)))
