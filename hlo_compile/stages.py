@@ -24,10 +24,10 @@ from .codegen.report import fusion_report_text
 from .hlo import HloModule
 from .indexing.report import indexing_report_json, indexing_report_text
 from .options import CompileOptions
+from .targets import reserved_kernel_symbols
 from .targets.linking import link_kernel_modules
-from .targets.nvptx import NvptxTarget, PtxResult, compile_to_ptx
-from .targets.ptxas import run_ptxas
-from .targets import toolkit
+from .targets.nvptx import NvptxTarget, PtxResult, compile_to_ptx, toolkit
+from .targets.nvptx.ptxas import run_ptxas
 
 SOURCE = "source"  # the name under which stages read the input module
 
@@ -77,7 +77,8 @@ def _hlo(options: CompileOptions, source: HloModule) -> StageOutput:
 
 
 def _fusions(options: CompileOptions, module: HloModule) -> StageOutput:
-    plan = plan_prepared_module(module, options)
+    # kernels keep their names on every target: none may take a symbol some target links
+    plan = plan_prepared_module(module, options, reserved_kernel_symbols())
     return StageOutput(plan, fusion_report_text(plan))
 
 

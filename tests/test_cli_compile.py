@@ -30,7 +30,7 @@ def _invoke(cmd, *args):
 
 
 def test_cubin_needs_an_output_file(tmp_path):
-    from hlo_compile.targets.toolkit import find_ptxas
+    from hlo_compile.targets.nvptx.toolkit import find_ptxas
     if find_ptxas() is None:
         pytest.skip("ptxas not found")
     r = _invoke(compile_main, GELU, "--emit=cubin")

@@ -274,7 +274,7 @@ def test_hlo_opt_output_and_platform_spellings(tmp_path):
 # ---- 3. XLA's dump names ------------------------------------------------------------------------
 
 def test_dump_uses_xla_names_with_a_ptx_file_per_kernel(tmp_path):
-    from hlo_compile.targets.toolkit import find_libdevice
+    from hlo_compile.targets.nvptx.toolkit import find_libdevice
     try:
         find_libdevice()
     except HloError:
@@ -291,9 +291,9 @@ def test_dump_uses_xla_names_with_a_ptx_file_per_kernel(tmp_path):
     kernel_ptx = (out / "module_0000.gelu.fusion.ptx").read_text()
     assert ".entry fusion(" in kernel_ptx and ".version" in kernel_ptx
     assert json.loads((out / "summary.json").read_text())["module"] == "gelu"
-    from hlo_compile.targets.toolkit import find_ptxas
+    from hlo_compile.targets.nvptx.toolkit import find_ptxas
     if find_ptxas() is not None:
-        from hlo_compile.targets.ptxas import run_ptxas
+        from hlo_compile.targets.nvptx.ptxas import run_ptxas
         assert run_ptxas(kernel_ptx, "sm_80").kernels.keys() == {"fusion"}
 
 
@@ -386,7 +386,7 @@ def test_hlo_run_dumps_and_xla_flags_are_honoured(tmp_path, neg_file):
 
 
 def test_missing_ptxas_is_said_on_stderr(monkeypatch, tmp_path, neg_file):
-    from hlo_compile.targets import toolkit
+    from hlo_compile.targets.nvptx import toolkit
     monkeypatch.setattr(toolkit, "find_ptxas", lambda: None)
     r = _invoke(compile_main, neg_file, "--dump-to", tmp_path / "d")
     assert r.exit_code == 0, r.output
@@ -395,7 +395,7 @@ def test_missing_ptxas_is_said_on_stderr(monkeypatch, tmp_path, neg_file):
 
 
 def test_missing_libdevice_names_the_extra(monkeypatch, tmp_path):
-    from hlo_compile.targets import libdevice, toolkit
+    from hlo_compile.targets.nvptx import libdevice, toolkit
 
     def missing():
         raise toolkit.ToolkitNotFound("libdevice (libdevice.10.bc) not found\nFix: " + toolkit.LIBDEVICE_EXTRA)
@@ -581,7 +581,7 @@ def test_llvmlite_floor_is_checked(monkeypatch):
 
 
 def test_toolkit_asks_cuda_pathfinder_first(monkeypatch, tmp_path):
-    from hlo_compile.targets import toolkit
+    from hlo_compile.targets.nvptx import toolkit
     fake = tmp_path / "libdevice.10.bc"
     fake.write_bytes(b"BC")
     for var in toolkit.ENV_VARS:
@@ -597,7 +597,7 @@ def test_toolkit_asks_cuda_pathfinder_first(monkeypatch, tmp_path):
 
 def test_cuda_pathfinder_finds_what_the_wheels_hold():
     pytest.importorskip("cuda.pathfinder")
-    from hlo_compile.targets import toolkit
+    from hlo_compile.targets.nvptx import toolkit
     found, note = toolkit.pathfinder_lookup("libdevice")
     if found is None:
         pytest.skip(f"no libdevice for cuda-pathfinder here: {note}")

@@ -241,8 +241,8 @@ def test_unsupported_types_are_clear_errors(corpus):
 # ---- PTX accepted by ptxas -------------------------------------------------------------------
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_ptxas_accepts_every_loop_kernel(corpus, arch):
-    from hlo_compile.targets.ptxas import run_ptxas
-    from hlo_compile.targets.toolkit import find_ptxas
+    from hlo_compile.targets.nvptx.ptxas import run_ptxas
+    from hlo_compile.targets.nvptx.toolkit import find_ptxas
     if find_ptxas() is None:
         pytest.skip("ptxas not found (pip install nvidia-cuda-nvcc)")
     texts = [("gelu", parse_module(GELU))]

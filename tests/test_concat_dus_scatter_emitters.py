@@ -286,8 +286,8 @@ def _ptx_modules():
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_ptxas_accepts(arch):
-    from hlo_compile.targets.ptxas import run_ptxas
-    from hlo_compile.targets.toolkit import find_ptxas
+    from hlo_compile.targets.nvptx.ptxas import run_ptxas
+    from hlo_compile.targets.nvptx.toolkit import find_ptxas
     if find_ptxas() is None:
         pytest.skip("ptxas not found (pip install nvidia-cuda-nvcc)")
     for name, text in _ptx_modules().items():

@@ -170,8 +170,8 @@ def _ptx(module, arch: str) -> str:
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_ptxas_accepts_conv_kernels(arch):
-    from hlo_compile.targets.ptxas import run_ptxas
-    from hlo_compile.targets.toolkit import find_ptxas
+    from hlo_compile.targets.nvptx.ptxas import run_ptxas
+    from hlo_compile.targets.nvptx.toolkit import find_ptxas
     if find_ptxas() is None:
         pytest.skip("ptxas not found (pip install nvidia-cuda-nvcc)")
     modules = [(n, parse_module(CASES[n])) for n in ("groups_dilations_padding_strides", "nhwc_b01f_01io",

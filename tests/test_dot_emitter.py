@@ -158,8 +158,8 @@ CHECK: ret;
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_ptxas_accepts_dot_kernels(arch):
-    from hlo_compile.targets.ptxas import run_ptxas
-    from hlo_compile.targets.toolkit import find_ptxas
+    from hlo_compile.targets.nvptx.ptxas import run_ptxas
+    from hlo_compile.targets.nvptx.toolkit import find_ptxas
     if find_ptxas() is None:
         pytest.skip("ptxas not found (pip install nvidia-cuda-nvcc)")
     modules = [(n, parse_module(CASES[n])) for n in ("f32_128x96x80", "batch_3x17x29x11", "bf16_in_f32_out",

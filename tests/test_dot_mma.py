@@ -288,8 +288,8 @@ CHECK: ret;
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_ptxas_accepts_mma_kernels(arch):
-    from hlo_compile.targets.ptxas import run_ptxas
-    from hlo_compile.targets.toolkit import find_ptxas
+    from hlo_compile.targets.nvptx.ptxas import run_ptxas
+    from hlo_compile.targets.nvptx.toolkit import find_ptxas
     if find_ptxas() is None:
         pytest.skip("ptxas not found (pip install nvidia-cuda-nvcc)")
     modules = [(n, parse_module(t)) for n, t in CASES.items()]
@@ -320,7 +320,7 @@ def test_tiled_path_kept(why, text, arch, flag):
 
 
 def test_host_target_ignores_the_flag():
-    from hlo_compile.targets.host_target import HostTarget
+    from hlo_compile.targets.host.target import HostTarget
     k = _kernel(parse_module(CASES["bf16_in_f32_out_partial"]))
     t = HostTarget()
     t.dot_tensor_cores = True

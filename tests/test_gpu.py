@@ -130,7 +130,7 @@ TENSOR_CORE_DOTS = {
 def test_bf16_dot_tensor_cores_on_cuda(gpu, name):
     """The tensor-core dot path (``CompileOptions.dot_tensor_cores``) against the interpreter.
     Needs ``runtime/cuda_platform.py`` to copy the option onto its ``NvptxTarget``."""
-    from hlo_compile.codegen.emitters.dot_mma import MIN_SM, sm_version
+    from hlo_compile.targets.nvptx import MMA_MIN_SM as MIN_SM, sm_version
     from hlo_compile.options import CompileOptions
     lhs, rhs, out = TENSOR_CORE_DOTS[name]
     module = parse_module(f"""HloModule tc

@@ -54,7 +54,7 @@ ENTRY e {{
 
 
 def test_host_pipeline_has_no_loop_vectorizer():
-    from hlo_compile.targets.host_jit import host_tuning_options
+    from hlo_compile.targets.host.jit import host_tuning_options
     pto = host_tuning_options()
     assert not pto.loop_vectorization and not pto.loop_interleaving
     assert pto.speed_level == 3

@@ -235,8 +235,8 @@ CHECK-COUNT-5: shfl.sync.down.b32
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("text", [ROW, ROW64, COLUMN], ids=["row", "row_f64", "column"])
 def test_ptxas_accepts(text, arch):
-    from hlo_compile.targets.ptxas import run_ptxas
-    from hlo_compile.targets.toolkit import find_ptxas
+    from hlo_compile.targets.nvptx.ptxas import run_ptxas
+    from hlo_compile.targets.nvptx.toolkit import find_ptxas
     if find_ptxas() is None:
         pytest.skip("ptxas not found")
     run_ptxas(emit_stage(text, "ptx", arch=arch), arch)

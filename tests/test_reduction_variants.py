@@ -313,8 +313,8 @@ CHECK: ret;
     _reduce_module("f32", "f32", [100, 256, 8], [1]), _reduce_module("f32", "f32", [100, 256, 2], [1]),
     TWO_GROUPS], ids=["small_column_v2", "small_column_v1", "two_groups"])
 def test_ptxas_accepts_variants(text):
-    from hlo_compile.targets.ptxas import run_ptxas
-    from hlo_compile.targets.toolkit import find_ptxas
+    from hlo_compile.targets.nvptx.ptxas import run_ptxas
+    from hlo_compile.targets.nvptx.toolkit import find_ptxas
     if find_ptxas() is None:
         pytest.skip("ptxas not found")
     run_ptxas(emit_stage(text, "ptx", arch="sm_90"), "sm_90")

@@ -332,8 +332,8 @@ BF16_PRED_TEXT = _sort_module("4,33", 0, _lt("bf16", operands=2, types=["bf16", 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("text", [KV_TEXT, BF16_PRED_TEXT, PROLOGUE], ids=["key-value", "bf16-pred-dim0", "prologue"])
 def test_ptx_and_ptxas(text, arch, tmp_path):
-    from hlo_compile.targets.ptxas import run_ptxas
-    from hlo_compile.targets.toolkit import find_ptxas
+    from hlo_compile.targets.nvptx.ptxas import run_ptxas
+    from hlo_compile.targets.nvptx.toolkit import find_ptxas
     ptx = emit_stage(text, "ptx", arch=arch)
     if text is KV_TEXT:
         filecheck(ptx, """

@@ -319,8 +319,8 @@ BF16_TEXT = _sort_module("2,77", 0, LT_F32_TOTAL.replace("f32", "bf16"), ["bf16"
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("text", [KV_TEXT, BF16_TEXT], ids=["key-value", "bf16-dim0"])
 def test_ptxas_accepts(text, arch):
-    from hlo_compile.targets.ptxas import run_ptxas
-    from hlo_compile.targets.toolkit import find_ptxas
+    from hlo_compile.targets.nvptx.ptxas import run_ptxas
+    from hlo_compile.targets.nvptx.toolkit import find_ptxas
     ptx = emit_stage(text, "ptx", arch=arch)
     assert ".entry" in ptx
     if find_ptxas() is None:

@@ -18,8 +18,8 @@ import host_kernels as hk
 from hlo_compile.codegen.llvm_types import BFLOAT, F16, F32, F64, I32
 from hlo_compile.codegen.target import KernelParam, LaunchDims
 from hlo_compile.targets.host import HostKernelError, NeedsSync, compile_host_kernel
-from hlo_compile.targets.host_symbols import UnresolvedSymbolError
-from hlo_compile.targets.host_target import HostTarget
+from hlo_compile.targets.host.symbols import UnresolvedSymbolError
+from hlo_compile.targets.host.target import HostTarget
 
 RNG = np.random.default_rng(1234)
 

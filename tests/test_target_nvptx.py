@@ -18,15 +18,15 @@ from hlo_compile.codegen.errors import CodegenError, ToolError
 from hlo_compile.codegen.llvm_types import F16, F32, F64, I32, I64
 from hlo_compile.codegen.target import KernelParam
 from hlo_compile.hlo.errors import HloError
-from hlo_compile.targets import libdevice as libdevice_mod
-from hlo_compile.targets import toolkit
-from hlo_compile.targets.libdevice import LibDeviceLinker
+from hlo_compile.targets.nvptx import libdevice as libdevice_mod
+from hlo_compile.targets.nvptx import toolkit
+from hlo_compile.targets.nvptx.libdevice import LibDeviceLinker
 from hlo_compile.targets.nvptx import (
     SUPPORTED_ARCHS, NvptxTarget, UnsupportedArchError, compile_to_ptx, is_ptx_identifier,
     ptx_identifier, ptx_isa_version,
 )
-from hlo_compile.targets.ptxas import parse_resource_usage, run_ptxas
-from hlo_compile.targets.toolkit import ToolkitNotFound, find_libdevice, find_ptxas
+from hlo_compile.targets.nvptx.ptxas import parse_resource_usage, run_ptxas
+from hlo_compile.targets.nvptx.toolkit import ToolkitNotFound, find_libdevice, find_ptxas
 
 
 # ------------------------------------------------------------------------------------------

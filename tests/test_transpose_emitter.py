@@ -190,8 +190,8 @@ CHECK: ret;
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_ptxas_accepts_transpose_kernels(corpus, arch):
-    from hlo_compile.targets.ptxas import run_ptxas
-    from hlo_compile.targets.toolkit import find_ptxas
+    from hlo_compile.targets.nvptx.ptxas import run_ptxas
+    from hlo_compile.targets.nvptx.toolkit import find_ptxas
     if find_ptxas() is None:
         pytest.skip("ptxas not found (pip install nvidia-cuda-nvcc)")
     modules = [("2d", _fusion(TRANSPOSE_2D))] + [(n, _fusion("HloModule m\n" + c[0])) for n, c in CASES.items()]

@@ -213,8 +213,8 @@ CHECK: st.global.{{v4.b8|b32}}
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_ptxas_accepts_packed_and_vectorised_kernels(corpus, arch):
-    from hlo_compile.targets.ptxas import run_ptxas
-    from hlo_compile.targets.toolkit import find_ptxas
+    from hlo_compile.targets.nvptx.ptxas import run_ptxas
+    from hlo_compile.targets.nvptx.toolkit import find_ptxas
     if find_ptxas() is None:
         pytest.skip("ptxas not found (pip install nvidia-cuda-nvcc)")
     modules = [(n, _fusion(c[0])) for n, c in CASES.items()] + [("tiled_v2", _fusion(TILED_V2))]

@@ -142,7 +142,7 @@ def _check_flags(emit, passes, output, arch, platform, input_format, dump_to):
         if dump_to is not None:
             raise UserError("--passes prints the module after those passes; it does not dump (drop --dump-to)")
     if stage_name == "cubin":
-        from ..targets.toolkit import find_ptxas, ptxas_missing_reason
+        from ..targets.nvptx.toolkit import find_ptxas, ptxas_missing_reason
         if output is None or str(output) == STDIN:
             raise UserError("the cubin stage is binary: write it with -o FILE")
         if find_ptxas() is None:

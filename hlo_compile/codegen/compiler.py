@@ -4,7 +4,7 @@
 copy of the module, analyses every fusion of the ENTRY computation and of the computations
 that while and conditional run (hero, emitter choice), partitions it and fixes its launch
 configuration: kernels of loop bodies are planned once, at compile time. A ``KernelPlan`` can then emit its kernel for any target (``plan.emit``): the
-same plan gives the NVPTX module and the host module.
+same plan gives the GPU module and the host module.
 """
 from __future__ import annotations
 
@@ -128,20 +128,12 @@ class ModulePlan:
         return k
 
 
-def _reserved_symbols() -> frozenset[str]:
-    """Names a kernel must not take: the host target links libm and libc by name, so a
-    fusion called ``sinh`` or ``free`` would shadow the function its kernel calls."""
-    from .elemental_ops import MATH_FUNCTIONS
-    names = set(MATH_FUNCTIONS) | {"sqrt", "fabs", "floor", "ceil", "rint", "round", "trunc", "hypot", "exp2",
-                                   "log2", "log10", "erfc", "malloc", "free", "aligned_alloc", "memcpy",
-                                   "memset", "memmove", "abort", "exit", "printf", "main"}
-    return frozenset(names | {n + "f" for n in names})
-
-
-def kernel_symbol(name: str, taken: set[str]) -> str:
-    """A PTX-safe, unique kernel name for a fusion (``fusion.3`` → ``fusion_3``)."""
+def kernel_symbol(name: str, taken: set[str], reserved: frozenset[str] = frozenset()) -> str:
+    """A PTX-safe, unique kernel name for a fusion (``fusion.3`` → ``fusion_3``), none of
+    ``reserved`` (the ``Target.linked_symbols`` of every target: a fusion called ``sinh``
+    or ``free`` would shadow the function its kernel calls)."""
     base = re.sub(r"[^A-Za-z0-9_]", "_", name) or "kernel"
-    if not re.match(r"[A-Za-z]", base) or base in _reserved_symbols() or base.startswith("__") \
+    if not re.match(r"[A-Za-z]", base) or base in reserved or base.startswith("__") \
             or base.startswith("llvm"):
         base = "k_" + base
     sym, n = base, 1
@@ -192,17 +184,21 @@ def prepare_module(module: HloModule, options: CompileOptions) -> HloModule:
                       fusion=options.fusion)
 
 
-def plan_module(module: HloModule, options: CompileOptions) -> ModulePlan:
-    return plan_prepared_module(prepare_module(module, options), options)
+def plan_module(module: HloModule, options: CompileOptions,
+                reserved_symbols: frozenset[str] = frozenset()) -> ModulePlan:
+    return plan_prepared_module(prepare_module(module, options), options, reserved_symbols)
 
 
-def plan_prepared_module(wrapped: HloModule, options: CompileOptions) -> ModulePlan:
+def plan_prepared_module(wrapped: HloModule, options: CompileOptions,
+                         reserved_symbols: frozenset[str] = frozenset()) -> ModulePlan:
     """The plan of a module ``prepare_module`` already rewrote (the pipeline's ``fusions``
-    stage: the passes run once, in the ``hlo`` stage)."""
+    stage: the passes run once, in the ``hlo`` stage). No kernel takes a name in
+    ``reserved_symbols``: the driver, which knows the targets, passes their
+    ``Target.linked_symbols``."""
     device = device_for_arch(options.arch)
     computations = executed_computations(wrapped)
     taken: set[str] = set()
-    kernels = [plan_fusion(inst, device, kernel_symbol(inst.name, taken))
+    kernels = [plan_fusion(inst, device, kernel_symbol(inst.name, taken, reserved_symbols))
                for comp in computations for inst in comp.instructions if inst.opcode == "fusion"]
     by_fusion = {id(k.fusion): k for k in kernels}
     for comp in computations:

@@ -114,7 +114,7 @@ def _divide(ctx: OpContext, ops: list[ir.Value]) -> ir.Value:
 def _remainder(ctx: OpContext, ops: list[ir.Value]) -> ir.Value:
     b, (x, y) = ctx.b, ops
     if is_float(ctx.operand_et(0)):
-        # frem lowers to an inexact x - trunc(x/y)*y on NVPTX; fmod is exact everywhere.
+        # frem lowers to an inexact x - trunc(x/y)*y on the GPU; fmod is exact everywhere.
         return ctx.target.math(b, "fmod", [x, y])
     _no_pred(ctx)
     zero, ovf, safe = _int_div_parts(ctx, x, y)

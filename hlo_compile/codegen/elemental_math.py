@@ -2,8 +2,8 @@
 
 Rounding and square roots use the LLVM intrinsics every target lowers (floor, ceil, rint,
 round, sqrt); everything transcendental is a ``Target.math`` call (libdevice ``__nv_*`` on
-NVPTX, libm on the host), never an LLVM intrinsic such as ``llvm.exp``: those abort the
-process on NVPTX. Formulas match the reference interpreter: ``rsqrt(x) = 1 / sqrt(x)`` and
+the GPU, libm on the host), never an LLVM intrinsic such as ``llvm.exp``: those abort the
+process on the GPU. Formulas match the reference interpreter: ``rsqrt(x) = 1 / sqrt(x)`` and
 ``logistic(x) = 1 / (1 + exp(-x))``, each step rounded in the arithmetic type.
 """
 from __future__ import annotations

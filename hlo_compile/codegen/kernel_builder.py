@@ -3,7 +3,7 @@
 Emitters write ``with kb.loop(0, n) as i:`` and ``with kb.if_(cond):`` (DESIGN §7) instead of
 wiring basic blocks by hand. Index arithmetic runs in one integer type per kernel: ``i32``
 when every index and linear offset of the kernel fits below 2³¹, ``i64`` otherwise (32-bit
-index math gives ``mad.lo.s32`` on NVPTX; 64-bit doubles the register cost).
+index math gives ``mad.lo.s32`` in PTX; 64-bit doubles the register cost).
 """
 from __future__ import annotations
 

@@ -1,22 +1,26 @@
 """The target interface: everything an emitter may ask of the machine it emits for.
 
-Emitters build LLVM IR with llvmlite against this interface only (DESIGN §3); ``targets/``
-implements it for NVPTX and for the host (CPU) simulation. Conventions every target keeps:
+Emitters build LLVM IR with llvmlite against this interface only (DESIGN §3): they never
+name a target, its intrinsics or its address spaces. ``targets/`` implements it, once for
+NVIDIA GPUs and once for the host (CPU) simulation, each in a subpackage of its own.
+Conventions every target keeps:
 
 - Kernel buffer parameters are opaque pointers in the generic address space (``ptr``);
-  emitters index them with ``builder.gep(p, [i], source_etype=T)``. On NVPTX LLVM infers
+  emitters index them with ``builder.gep(p, [i], source_etype=T)``. On the GPU LLVM infers
   the global address space for kernel pointer parameters.
 - Ids and dims are ``i32``; ``axis`` is 0, 1, 2 for x, y, z.
 - ``math`` names are libm's double-precision names without suffix (``exp``, ``log1p``,
   ``tanh``, ``pow``, ``atan2``, ...); the target picks the f32 or f64 variant from the
-  argument type (``__nv_expf``/``__nv_exp`` on NVPTX, ``expf``/``exp`` on the host). Only
-  ``float`` and ``double`` arguments: emitters widen f16/bf16 first. Operations LLVM lowers
-  safely everywhere (sqrt, fabs, floor, ceil, trunc, rint, round, fma, minnum, maxnum,
-  minimum, maximum, copysign) are emitted by the emitter as LLVM intrinsics, not through
-  ``math``; the LLVM transcendental intrinsics (exp, log, sin, cos, pow, tanh) never are,
-  because they abort the process on NVPTX.
+  argument type (libdevice's ``__nv_expf``/``__nv_exp`` on the GPU, ``expf``/``exp`` on the
+  host). Only ``float`` and ``double`` arguments: emitters widen f16/bf16 first. Operations
+  LLVM lowers safely everywhere (sqrt, fabs, floor, ceil, trunc, rint, round, fma, minnum,
+  maxnum, minimum, maximum, copysign) are emitted by the emitter as LLVM intrinsics, not
+  through ``math``; the LLVM transcendental intrinsics (exp, log, sin, cos, pow, tanh) never
+  are, because they abort the process on the GPU target.
 - A kernel ends with ``end_kernel``; ``ret`` is an early exit from the current block (the
   builder is left in a fresh unreachable block so emission can go on).
+- Optional features are asked for before use: ``has_tensor_cores`` before ``warp_mma``. A
+  target without one refuses it with ``TargetFeatureError``.
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from llvmlite import ir
+
+from .errors import CodegenError
 
 
 @dataclass(frozen=True)
@@ -64,12 +70,45 @@ class KernelFunction:
     args: list[ir.Value]
 
 
-class Target(ABC):
-    """A code-generation target (NVPTX or host)."""
+class TargetFeatureError(CodegenError):
+    """An emitter asked a target for something it does not have (tensor cores on the host)."""
 
-    name: str          # "nvptx" | "host"
+
+class WarpMma(ABC):
+    """Warp-level matrix multiply-accumulate of one 16 x 8 x 16 tile, ``D = A B + C``, with
+    f16 or bf16 ``A`` (16 x 16, row-major) and ``B`` (16 x 8, column-major) and f32 ``C``/``D``,
+    as ``Target.warp_mma`` gives it. Every lane of the warp calls each method together. The
+    fragment layouts are the PTX ISA's for ``mma.m16n8k16`` and ``ldmatrix``
+    (``codegen/emitters/dot_mma.py`` spells them out)."""
+
+    element_type: str  # "f16" | "bf16": the type of A and B
+
+    @abstractmethod
+    def load_matrix_x4(self, builder: ir.IRBuilder, address: ir.Value) -> list[ir.Value]:
+        """Four 8 x 8 matrices of 16-bit elements from a ``shared_array`` (``ldmatrix.x4``):
+        lanes 8j..8j+7 give in ``address`` rows 0..7 of matrix j (8 contiguous elements,
+        16-byte aligned). Returns the lane's 4 fragment registers: register j holds row
+        lane // 4, elements 2 (lane % 4) (low half) and 2 (lane % 4) + 1 of matrix j."""
+
+    @abstractmethod
+    def mma(self, builder: ir.IRBuilder, a: Sequence[ir.Value], b: Sequence[ir.Value],
+            c: Sequence[ir.Value]) -> ir.Value:
+        """``D = A B + C`` on this lane's fragments: 4 registers of ``A`` and 2 of ``B`` (as
+        ``load_matrix_x4`` returns them) and 4 f32 accumulators of ``C``. Returns a
+        ``{float, float, float, float}`` value: ``extract_value(d, r)`` is accumulator r."""
+
+
+class Target(ABC):
+    """A code-generation target (a GPU or the host)."""
+
+    name: str          # short name, as in dumps and messages ("host", ...)
     triple: str
     data_layout: str
+    # Functions this target's kernels are linked against by name (the host's libm and libc,
+    # float and double names): a kernel taking one of these names would shadow the function
+    # it calls. A plan is emitted for every target under one kernel name, so the planner
+    # avoids the union over all targets (``plan_module``'s ``reserved_symbols``).
+    linked_symbols: frozenset[str] = frozenset()
 
     @abstractmethod
     def new_module(self, name: str) -> ir.Module:
@@ -118,6 +157,19 @@ class Target(ABC):
     @abstractmethod
     def math(self, builder: ir.IRBuilder, fn: str, args: Sequence[ir.Value]) -> ir.Value:
         """A libm-style function on ``float``/``double`` values (see the module docstring)."""
+
+    def has_tensor_cores(self) -> bool:
+        """Whether dot emitters may use ``warp_mma``: the machine has warp-level MMA and the
+        compile options asked for it (``CompileOptions.dot_tensor_cores``, given to the target
+        when it was made). No by default."""
+        return False
+
+    def warp_mma(self, builder: ir.IRBuilder, element_type: str) -> WarpMma:
+        """Warp-level MMA on ``element_type`` (``"f16"`` or ``"bf16"``) inputs for the kernel
+        being built at ``builder``; only where ``has_tensor_cores()``, else
+        ``TargetFeatureError``."""
+        raise TargetFeatureError(f"the {self.name} target has no tensor cores (warp-level MMA); "
+                                 "ask has_tensor_cores() first")
 
     def mark_invariant(self, load: ir.Instruction) -> None:
         """Mark a load from a buffer no thread writes during the kernel (``ld.global.nc``)."""

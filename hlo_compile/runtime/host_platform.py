@@ -1,4 +1,4 @@
-"""The ``host`` platform: kernels JIT-compiled for this CPU (``targets/host.py``) on numpy buffers.
+"""The ``host`` platform: kernels JIT-compiled for this CPU (``targets/host/``) on numpy buffers.
 
 Every emitter runs here without a GPU: the same ``KernelPlan`` that gives the PTX is emitted
 for the host target, and a launch runs the grid's blocks on a pool of OS threads.

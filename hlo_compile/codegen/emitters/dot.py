@@ -22,10 +22,10 @@ in the result type. Refused (loop emitter instead): complex and pred element typ
 
 Tensor cores (``dot_mma.py``): the spec carries both paths and ``emit(target)`` chooses. The
 warp-level ``mma.sync.m16n8k16`` path (same grid, block, block tile and epilogue) is taken when
-``target.name == "nvptx"``, ``target.arch`` is sm_80 or newer, both operands are f16 or both
-bf16 with f32 accumulation, and the target object carries ``dot_tensor_cores = True`` (the
-pipeline and the cuda runtime copy ``CompileOptions.dot_tensor_cores`` onto the
-``NvptxTarget`` they create). Everything else, the host target included, emits the tiled path.
+``target.has_tensor_cores()`` (a GPU of sm_80 or newer, and ``CompileOptions.dot_tensor_cores``,
+which the pipeline and the cuda runtime give the GPU target they create) and both operands are
+f16 or both bf16 with f32 accumulation. Everything else, the host target included, emits the
+tiled path.
 """
 from __future__ import annotations
 
@@ -412,7 +412,7 @@ def emit_tiled_mainloop(target: Target, kb: KernelBuilder, module: ir.Module, fe
 
 def emit_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
     """The dot kernel for ``target``: the tensor-core path where ``use_tensor_cores`` says so
-    (NVPTX, sm_80+, f16/bf16 operands, ``target.dot_tensor_cores``), else the tiled path."""
+    (``target.has_tensor_cores()``, f16/bf16 operands), else the tiled path."""
     from .dot_mma import emit_mma_dot_kernel, use_tensor_cores
     if use_tensor_cores(target, spec):
         spec.emitted["path"] = "mma"

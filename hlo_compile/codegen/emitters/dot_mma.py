@@ -1,11 +1,11 @@
-"""The tensor-core path of the dot emitter: warp-level ``mma.sync.aligned.m16n8k16`` on NVPTX sm_80+.
+"""The tensor-core path of the dot emitter: warp-level ``mma.sync.aligned.m16n8k16`` (sm_80+).
 
-Chosen at ``DotKernelSpec.emit(target)`` time (``use_tensor_cores``), off by default
-(``CompileOptions.dot_tensor_cores``; the pipeline/runtime copies it onto the ``NvptxTarget``
-as ``target.dot_tensor_cores``). It keeps the tiled path's grid, 256-thread block, 64 × 64
-block tile, K steps of 16, operand staging (through the ``FusedEmitter``: prologues and
-layouts work as on the tiled path) and epilogue (``FusedEmitter.inject``); only the shared
-tiles and the inner product differ:
+Chosen at ``DotKernelSpec.emit(target)`` time (``use_tensor_cores``) where
+``target.has_tensor_cores()``: off by default (``CompileOptions.dot_tensor_cores``, which the
+pipeline/runtime gives the GPU target it creates). It keeps the tiled path's grid, 256-thread
+block, 64 × 64 block tile, K steps of 16, operand staging (through the ``FusedEmitter``:
+prologues and layouts work as on the tiled path) and epilogue (``FusedEmitter.inject``); only
+the shared tiles and the inner product differ:
 
 - Shared tiles in the *input* type (f16 or bf16), both K-contiguous with rows padded to
   ``SMEM_STRIDE`` = 24 elements (48 B: the 8 row addresses of one ``ldmatrix`` phase hit 8
@@ -15,7 +15,7 @@ tiles and the inner product differ:
   ``16 (w % 4) ..+16`` of the block tile: 2 × 2 mma tiles of 16 × 8, 16 f32 accumulators per
   lane (as the tiled path's 4 × 4).
 - Per K step and warp: one ``ldmatrix.x4`` per 16 × 16 lhs tile (2), one ``ldmatrix.x4`` for
-  both 16 × 8 rhs tiles, then 4 ``mma``.
+  both 16 × 8 rhs tiles, then 4 ``mma`` (``target.warp_mma``: the target's ``WarpMma``).
 
 Layouts (PTX ISA, "Matrix fragments for mma.m16n8k16 with floating point type" and
 "ldmatrix"); ``g = lane // 4`` (groupID), ``t = lane % 4`` (thread in group):
@@ -41,11 +41,9 @@ and ``mma``, so the model checks the very arithmetic the kernel runs.
 """
 from __future__ import annotations
 
-import re
-
 from llvmlite import ir
 
-from ..llvm_types import BFLOAT, F16, F32, I32, compute_type
+from ..llvm_types import BFLOAT, F16, F32, compute_type
 from ..target import Target
 from .dot import BK, BM, BN, NUM_THREADS, DotKernelEmission, DotKernelSpec
 
@@ -57,23 +55,14 @@ WM, WN = BM // WARPS_M, BN // WARPS_N         # 32 x 16 outputs per warp
 TILES_M, TILES_N = WM // MMA_M, WN // MMA_N   # 2 x 2 mma tiles per warp
 SMEM_STRIDE = BK + 8                          # padded K-contiguous rows (elements)
 MMA_TYPES = ("f16", "bf16")
-MIN_SM = 80
 MMA_SHARED_BYTES = (BM + BN) * SMEM_STRIDE * 2
 
 assert NUM_WARPS == WARPS_M * WARPS_N and BK == MMA_K and WM % MMA_M == 0 and WN == 2 * MMA_N
 
-# LLVM 22's NVVM intrinsics (checked through compile_to_ptx, see tests/test_dot_mma.py):
-#   {float x4} @llvm.nvvm.mma.m16n8k16.row.col.bf16(i32 a0..a3, i32 b0, b1, float c0..c3)
-#   {float x4} @llvm.nvvm.mma.m16n8k16.row.col.f32.f32(<2 x half> a0..a3, <2 x half> b0, b1, float c0..c3)
-#   {i32 x4} @llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16(ptr addrspace(3))
-MMA_INTRINSICS = {"bf16": "llvm.nvvm.mma.m16n8k16.row.col.bf16", "f16": "llvm.nvvm.mma.m16n8k16.row.col.f32.f32"}
-LDMATRIX_X4 = "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16"
-
-
 # ---- choosing the path ---------------------------------------------------------------------------
 
 def tensor_core_refusal(spec: DotKernelSpec) -> str | None:
-    """Why ``spec`` cannot use tensor cores on any target (None: it can, on NVPTX sm_80+)."""
+    """Why ``spec`` cannot use tensor cores on any target (None: it can, where the target has them)."""
     types = [o.shape.element_type for o in spec.dot.operands]
     if types[0] != types[1] or types[0] not in MMA_TYPES:
         return f"operands {types[0]} x {types[1]} (tensor cores need both f16 or both bf16)"
@@ -82,17 +71,8 @@ def tensor_core_refusal(spec: DotKernelSpec) -> str | None:
     return None
 
 
-def sm_version(arch: str | None) -> int | None:
-    """``sm_90a`` -> 90; None for anything else."""
-    m = re.fullmatch(r"sm_(\d+)[a-z]?", arch or "")
-    return int(m.group(1)) if m else None
-
-
 def use_tensor_cores(target: Target, spec: DotKernelSpec) -> bool:
-    if getattr(target, "name", None) != "nvptx" or not getattr(target, "dot_tensor_cores", False):
-        return False
-    sm = sm_version(getattr(target, "arch", None))
-    return sm is not None and sm >= MIN_SM and tensor_core_refusal(spec) is None
+    return target.has_tensor_cores() and tensor_core_refusal(spec) is None
 
 
 def mma_shared_line(spec: DotKernelSpec) -> str:
@@ -107,7 +87,7 @@ def mma_report_line(spec: DotKernelSpec) -> str:
         return f"tensor cores: not eligible ({why})"
     et = spec.dot.operands[0].shape.element_type
     return (f"tensor cores: eligible (mma.sync m16n8k16 {et} -> f32, {WARPS_M}x{WARPS_N} warps of "
-            f"{WM}x{WN}) on NVPTX sm_{MIN_SM}+ with dot_tensor_cores")
+            f"{WM}x{WN}) on sm_80+ with dot_tensor_cores")
 
 
 # ---- index maps (ints in the model test, IR values in the kernel) ---------------------------------
@@ -178,25 +158,16 @@ def _value(kb, x) -> ir.Value:
 
 # ---- emission ------------------------------------------------------------------------------------
 
-def _declare(module: ir.Module, name: str, fnty: ir.FunctionType) -> ir.Function:
-    fn = module.globals.get(name)
-    return fn if fn is not None else ir.Function(module, fnty, name)
-
-
 def emit_mma_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
     e = DotKernelEmission(target, spec)
-    kb, b, module = e.kb, e.b, e.module
+    kb, b = e.kb, e.b
     in_et = spec.dot.operands[0].shape.element_type
     it = compute_type(in_et)
     assert it in (F16, BFLOAT) and spec.acc_type == "f32"
     a_tile = target.shared_array(b, "lhs_tile", it, BM * SMEM_STRIDE)
     b_tile = target.shared_array(b, "rhs_tile", it, BN * SMEM_STRIDE)
 
-    f4 = ir.LiteralStructType([F32] * 4)
-    i4 = ir.LiteralStructType([I32] * 4)
-    frag = I32 if in_et == "bf16" else ir.VectorType(F16, 2)
-    mma = _declare(module, MMA_INTRINSICS[in_et], ir.FunctionType(f4, [frag] * 6 + [F32] * 4))
-    ldmatrix = _declare(module, LDMATRIX_X4, ir.FunctionType(i4, [ir.PointerType(addrspace=3)]))
+    tensor_cores = target.warp_mma(b, in_et)
 
     zero = ir.Constant(F32, 0)
     with b.goto_entry_block():
@@ -215,11 +186,6 @@ def emit_mma_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
     a_src = [tile_ptr(a_tile, *a_ldmatrix_source(lane, wm0, tm)) for tm in range(TILES_M)]
     b_src = tile_ptr(b_tile, *b_ldmatrix_source(lane, wn0))
 
-    def regs(ptr) -> list[ir.Value]:
-        v = b.call(ldmatrix, [ptr])
-        out = [b.extract_value(v, i) for i in range(4)]
-        return out if frag == I32 else [b.bitcast(x, frag) for x in out]
-
     k_steps = -(-spec.geometry.K // BK)
     with kb.loop(0, k_steps, name="kstep") as step:
         with e.fe.scope():
@@ -227,13 +193,13 @@ def emit_mma_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
             e.stage_tiles(step, in_et, a_tile, lambda mm, kk: _value(kb, smem_offset(_Ix(kb, mm), _Ix(kb, kk))),
                           b_tile, lambda kk, nn: _value(kb, smem_offset(_Ix(kb, nn), _Ix(kb, kk))))
             target.barrier(b)
-            a_frags = [regs(p) for p in a_src]
-            b_regs = regs(b_src)
+            a_frags = [tensor_cores.load_matrix_x4(b, p) for p in a_src]
+            b_regs = tensor_cores.load_matrix_x4(b, b_src)
             b_frags = [b_regs[0:2], b_regs[2:4]]
             for tm in range(TILES_M):
                 for tn in range(TILES_N):
                     c = [b.load(s) for s in slots[tm][tn]]
-                    d = b.call(mma, [*a_frags[tm], *b_frags[tn], *c])
+                    d = tensor_cores.mma(b, a_frags[tm], b_frags[tn], c)
                     for r in range(4):
                         b.store(b.extract_value(d, r), slots[tm][tn][r])
             target.barrier(b)

@@ -1,9 +1,9 @@
 """Compile an emitted host kernel plus its driver to machine code with MCJIT.
 
-Steps: parse the kernel's IR, link in the driver (``host_driver``, ``host_scheduler``) and the soft-float helpers
-(``host_softfloat``), make the kernel internal (so O3 inlines it into the serial driver), run
+Steps: parse the kernel's IR, link in the driver (``driver``, ``scheduler``) and the soft-float helpers
+(``softfloat``), make the kernel internal (so O3 inlines it into the serial driver), run
 O3 with a target machine for this CPU, emit the object, check its external symbols resolve
-(``host_symbols``), then give MCJIT that same object through its object cache so the code is
+(``symbols``), then give MCJIT that same object through its object cache so the code is
 generated once.
 
 Pitfalls this module exists to avoid (notes/nvptx.md §4): MCJIT takes ownership of the
@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
-from ..codegen.errors import CodegenError
-from .host_driver import build_driver_module
-from .host_driver_ir import DRIVER_NAME
-from .host_softfloat import softfloat_ir
-from .host_symbols import check_symbols_resolve
-from .host_target import HostKernelInfo, init_native
+from ...codegen.errors import CodegenError
+from .driver import build_driver_module
+from .driver_ir import DRIVER_NAME
+from .softfloat import softfloat_ir
+from .symbols import check_symbols_resolve
+from .target import HostKernelInfo, init_native
 
 LLVM_LOCK = threading.Lock()
 _libm_loaded = False

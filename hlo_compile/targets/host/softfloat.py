@@ -19,7 +19,7 @@ from functools import lru_cache
 
 from llvmlite import ir
 
-from ..codegen.llvm_types import BFLOAT, F16, F32, F64, I16, I32
+from ...codegen.llvm_types import BFLOAT, F16, F32, F64, I16, I32
 
 HELPER_NAMES = ("__truncsfhf2", "__truncdfhf2", "__truncsfbf2", "__truncdfbf2", "__extendhfsf2")
 

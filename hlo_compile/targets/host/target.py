@@ -1,12 +1,12 @@
 """The host (CPU) implementation of the target interface (DESIGN §3, notes/nvptx.md §4).
 
 The same emitted kernel runs on the CPU: it gets one extra trailing argument, a pointer to a
-context struct (``host_context``) holding its ids, dims and shared-memory base. Two modes:
+context struct (``context``) holding its ids, dims and shared-memory base. Two modes:
 
 - ``"serial"``: a plain function the serial driver calls once per (block, thread). Barriers
   and shuffles cannot work that way, so they raise ``NeedsSync`` and the caller re-emits the
   kernel in coroutine mode.
-- ``"coro"``: every thread is an LLVM coroutine (``host_coro``); a barrier is a suspend
+- ``"coro"``: every thread is an LLVM coroutine (``coro``); a barrier is a suspend
   point, a shuffle a store into a per-warp exchange, a suspend, then a load from the source
   lane. Lanes are consecutive linear thread ids of the block (x fastest), 32 per warp.
 """
@@ -19,10 +19,10 @@ from typing import Sequence
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ..codegen.llvm_types import F32, I32, I64, PTR, VOID
-from ..codegen.target import KernelFunction, KernelParam, Target, check_math_args
-from .host_context import CTAID, NCTAID, NTID, TID, Ctx, ctx_field, load_id
-from .host_coro import CoroutineKernel
+from ...codegen.llvm_types import F32, I32, I64, PTR, VOID
+from ...codegen.target import KernelFunction, KernelParam, Target, check_math_args
+from .context import CTAID, NCTAID, NTID, TID, Ctx, ctx_field, load_id
+from .coro import CoroutineKernel
 
 WARP_SIZE = 32
 SHARED_ALIGN = 16
@@ -30,6 +30,10 @@ SHARED_ALIGN = 16
 UNARY_MATH = ("exp", "expm1", "log", "log1p", "sin", "cos", "tan", "tanh", "erf", "atan", "asin",
               "acos", "asinh", "acosh", "atanh", "sinh", "cosh", "cbrt", "exp2", "log2", "log10")
 BINARY_MATH = ("pow", "atan2", "fmod", "hypot")
+# libm functions LLVM's float intrinsics may become on the CPU, and erfc
+_LIBM_OTHER = ("sqrt", "fabs", "floor", "ceil", "rint", "round", "trunc", "erfc")
+# libc: coroutine frames (malloc, free), LLVM's memory intrinsics, the process itself
+_LIBC = ("malloc", "free", "aligned_alloc", "memcpy", "memset", "memmove", "abort", "exit", "printf", "main")
 
 
 class NeedsSync(Exception):
@@ -80,6 +84,10 @@ class HostTarget(Target):
     """Emit kernels for the CPU simulation; ``mode`` is ``"serial"`` or ``"coro"``."""
 
     name = "host"
+    # kernels link libm and libc by name (MCJIT finds them in the process); every name also
+    # with the f suffix of libm's float variants (as the planner always reserved them)
+    linked_symbols = frozenset(n + suffix for n in UNARY_MATH + BINARY_MATH + _LIBM_OTHER + _LIBC
+                               for suffix in ("", "f"))
 
     def __init__(self, mode: str = "serial"):
         if mode not in ("serial", "coro"):

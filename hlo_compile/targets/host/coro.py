@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ..codegen.llvm_types import I1, I8, I32, I64, PTR, TOKEN, VOID
-from .host_context import Ctx, ctx_field
+from ...codegen.llvm_types import I1, I8, I32, I64, PTR, TOKEN, VOID
+from .context import Ctx, ctx_field
 
 FRAME_ALIGN = 64  # enough for any vector the CPU backend may spill into the frame
 

@@ -12,7 +12,7 @@ import struct
 
 import llvmlite.binding as llvm
 
-from ..codegen.errors import CodegenError
+from ...codegen.errors import CodegenError
 
 _SHT_SYMTAB = 2
 _SHN_UNDEF = 0

@@ -10,10 +10,10 @@ from enum import IntEnum
 
 from llvmlite import ir
 
-from ..codegen.kernel_builder import counted_loop
+from ...codegen.kernel_builder import counted_loop
 
-from ..codegen.llvm_types import I32, I64, PTR
-from .host_context import Ctx, ctx_field
+from ...codegen.llvm_types import I32, I64, PTR
+from .context import Ctx, ctx_field
 
 DRIVER_NAME = "hlo_host_run"
 

@@ -22,7 +22,7 @@ import threading
 
 import llvmlite.binding as llvm
 
-from ..codegen.errors import CodegenError
+from ...codegen.errors import CodegenError
 from .toolkit import find_libdevice
 
 PREFIX = "__nv_"

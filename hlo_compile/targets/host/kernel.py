@@ -18,11 +18,11 @@ from typing import Callable, Sequence
 import numpy as np
 from llvmlite import ir
 
-from ..codegen.target import LaunchDims, Target
-from .host_context import CTX_TYPE, Ctx, struct_layout
-from .host_driver_ir import DESC_LEN, Desc, ErrorCode
-from .host_jit import JitCode, jit_compile
-from .host_target import WARP_SIZE, HostKernelInfo, HostTarget, NeedsSync, host_target_data
+from ...codegen.target import LaunchDims, Target
+from .context import CTX_TYPE, Ctx, struct_layout
+from .driver_ir import DESC_LEN, Desc, ErrorCode
+from .jit import JitCode, jit_compile
+from .target import WARP_SIZE, HostKernelInfo, HostTarget, NeedsSync, host_target_data
 
 __all__ = ["HostKernel", "HostKernelError", "HostTarget", "NeedsSync", "compile_host_kernel"]
 
@@ -36,7 +36,7 @@ MIN_BLOCKS_PER_WORKER = 4
 class HostKernelError(RuntimeError):
     """A kernel misbehaved at run time on the host (divergent barrier or shuffle).
 
-    ``code`` is a ``host_driver_ir.ErrorCode``; barriers and shuffles are numbered in the order
+    ``code`` is a ``driver_ir.ErrorCode``; barriers and shuffles are numbered in the order
     the emitter created them (``barrier #1`` is the first ``target.barrier`` call).
     """
 

@@ -14,11 +14,11 @@ from typing import Callable
 
 from llvmlite import ir
 
-from ..codegen.llvm_types import I1, I32, I64, PTR
-from .host_context import CTAID, CTX_TYPE, NCTAID, NTID, TID, Ctx, ctx_field
-from .host_coro import coro_intrinsic
-from .host_driver_ir import Desc, ErrorCode, LaunchFields, Var, c32, c64, for_range, new_driver, store_ids
-from .host_target import WARP_SIZE
+from ...codegen.llvm_types import I1, I32, I64, PTR
+from .context import CTAID, CTX_TYPE, NCTAID, NTID, TID, Ctx, ctx_field
+from .coro import coro_intrinsic
+from .driver_ir import Desc, ErrorCode, LaunchFields, Var, c32, c64, for_range, new_driver, store_ids
+from .target import WARP_SIZE
 
 
 @dataclass

@@ -12,7 +12,7 @@ from enum import IntEnum
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ..codegen.llvm_types import I32, PTR
+from ...codegen.llvm_types import I32, PTR
 
 
 class Ctx(IntEnum):

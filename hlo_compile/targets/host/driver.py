@@ -2,18 +2,18 @@
 
 - serial: loops over blocks x threads calling the kernel; the context struct is a stack slot,
   so once the kernel is inlined its fields become registers.
-- coro: the round-robin coroutine scheduler of ``host_scheduler``.
+- coro: the round-robin coroutine scheduler of ``scheduler``.
 
-The launch descriptor both read is described in ``host_driver_ir``.
+The launch descriptor both read is described in ``driver_ir``.
 """
 from __future__ import annotations
 
 from llvmlite import ir
 
-from ..codegen.llvm_types import PTR
-from .host_context import CTAID, CTX_TYPE, NCTAID, NTID, TID, Ctx, ctx_field
-from .host_driver_ir import LaunchFields, c32, for_range, new_driver, store_ids
-from .host_scheduler import build_coro_driver
+from ...codegen.llvm_types import PTR
+from .context import CTAID, CTX_TYPE, NCTAID, NTID, TID, Ctx, ctx_field
+from .driver_ir import LaunchFields, c32, for_range, new_driver, store_ids
+from .scheduler import build_coro_driver
 
 
 def build_serial_driver(module: ir.Module, kernel: ir.Function, num_params: int) -> ir.Function:

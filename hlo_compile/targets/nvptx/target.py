@@ -1,9 +1,8 @@
-"""The NVPTX target: kernel building blocks for emitters, and LLVM IR → PTX.
+"""The NVPTX target: kernel building blocks for emitters (``ptx.py`` turns their IR into PTX).
 
 ``NvptxTarget`` implements the target interface (``codegen/target.py``) with NVPTX intrinsics
-and libdevice calls (notes/nvptx.md §3). ``compile_to_ptx`` parses a module, links the
-libdevice functions it uses, internalises everything but the kernels, runs O3 through the
-NVPTX target machine's pass builder and emits PTX.
+and libdevice calls (notes/nvptx.md §3), and ``NvptxWarpMma`` its tensor-core operations
+(``ldmatrix`` and ``mma.sync`` m16n8k16, sm_80+).
 
 Process-wide choices (LLVM options are global to the process):
 
@@ -19,18 +18,15 @@ from __future__ import annotations
 
 import re
 import threading
-import time
-from dataclasses import dataclass, field
 from typing import Sequence
 
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ..codegen.errors import CodegenError
-from ..codegen.llvm_types import F32, I32, PTR, VOID
-from ..codegen.target import KernelFunction, KernelParam, Target, check_math_args
-from ..hlo.errors import HloError
-from .libdevice import default_linker
+from ...codegen.llvm_types import F16, F32, I32, PTR, VOID
+from ...codegen.target import (KernelFunction, KernelParam, Target, TargetFeatureError, WarpMma,
+                               check_math_args)
+from ...hlo.errors import HloError
 
 TRIPLE = "nvptx64-nvidia-cuda"
 SHARED_ADDRSPACE = 3
@@ -57,6 +53,15 @@ MATH_FUNCTIONS: dict[str, int] = {
     **dict.fromkeys(["pow", "atan2", "fmod", "hypot", "remainder", "nextafter"], 2),
 }
 
+# Tensor cores: mma.m16n8k16 with bf16 (and f16) inputs and f32 accumulators needs sm_80.
+# LLVM 22's NVVM intrinsics (checked through compile_to_ptx, see tests/test_dot_mma.py):
+#   {float x4} @llvm.nvvm.mma.m16n8k16.row.col.bf16(i32 a0..a3, i32 b0, b1, float c0..c3)
+#   {float x4} @llvm.nvvm.mma.m16n8k16.row.col.f32.f32(<2 x half> a0..a3, <2 x half> b0, b1, float c0..c3)
+#   {i32 x4} @llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16(ptr addrspace(3))
+MMA_MIN_SM = 80
+MMA_INTRINSICS = {"bf16": "llvm.nvvm.mma.m16n8k16.row.col.bf16", "f16": "llvm.nvvm.mma.m16n8k16.row.col.f32.f32"}
+LDMATRIX_X4 = "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16"
+
 _SREG = {"thread_id": "tid", "block_id": "ctaid", "block_dim": "ntid", "grid_dim": "nctaid"}
 _AXES = "xyz"
 
@@ -72,6 +77,12 @@ def ptx_isa_version(arch: str) -> int:
         raise UnsupportedArchError(
             f"unsupported GPU architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHS)}")
     return version
+
+
+def sm_version(arch: str | None) -> int | None:
+    """``sm_90a`` -> 90; None for anything else."""
+    m = re.fullmatch(r"sm_(\d+)[a-z]?", arch or "")
+    return int(m.group(1)) if m else None
 
 
 _PTX_IDENTIFIER = re.compile(r"(?:[A-Za-z][A-Za-z0-9_$]*|[_$][A-Za-z0-9_$]+)\Z")
@@ -160,7 +171,7 @@ class NvptxTarget(Target):
         ptx_isa_version(arch)  # rejects an unknown arch before any LLVM work
         self.arch = arch
         # CompileOptions.dot_tensor_cores, given by whoever creates the target (never set
-        # afterwards); emitters/dot_mma.py's use_tensor_cores reads it
+        # afterwards); has_tensor_cores reads it
         self.dot_tensor_cores = dot_tensor_cores
         self.data_layout = str(target_machine(arch).target_data)
 
@@ -268,108 +279,38 @@ class NvptxTarget(Target):
         callee = _declare(_module_of(builder), name, ty, [ty] * arity)
         return builder.call(callee, list(args), name=fn)
 
+    # ---- tensor cores -----------------------------------------------------------------------
+    def has_tensor_cores(self) -> bool:
+        return bool(self.dot_tensor_cores) and (sm_version(self.arch) or 0) >= MMA_MIN_SM
 
-# ---------------------------------------------------------------------------------------------
-# LLVM IR -> PTX
-
-
-@dataclass
-class PtxResult:
-    llvm_opt: str  # the module after linking libdevice and O3
-    ptx: str
-    seconds: dict[str, float] = field(default_factory=dict)  # parse, link, opt, emit
-
-
-# Intrinsics the NVPTX backend cannot select: LLVM 22 aborts the process on them.
-_FATAL_INTRINSICS = frozenset([
-    "exp", "exp10", "log", "log2", "log10", "sin", "cos", "tan", "asin", "acos", "atan", "atan2",
-    "sinh", "cosh", "tanh", "pow", "sincos", "sincospi", "modf",
-])
-_DECLARED_INTRINSIC = re.compile(r'^declare\b[^@\n]*@"?(llvm\.([a-z0-9]+)\.[\w.]+)"?\(', re.M)
-_I128_FP_CONVERSION = re.compile(
-    r"\bfpto[su]i\b[^\n]*\bto\s+(?:<\d+\s+x\s+)?i128\b|\b[su]itofp\s+(?:<\d+\s+x\s+)?i128\b")
+    def warp_mma(self, builder: ir.IRBuilder, element_type: str) -> WarpMma:
+        if not self.has_tensor_cores():
+            why = ("dot_tensor_cores is off" if not self.dot_tensor_cores
+                   else f"{self.arch} has no mma.m16n8k16 (sm_{MMA_MIN_SM}+)")
+            raise TargetFeatureError(f"no warp-level MMA on this target: {why}")
+        return NvptxWarpMma(_module_of(builder), element_type)
 
 
-def _fatal_intrinsic(full_name: str, base: str) -> bool:
-    # llvm.exp2 is fine on f32/f16 (ex2.approx) but has no f64 lowering
-    return base in _FATAL_INTRINSICS or (base == "exp2" and "f64" in full_name)
+class NvptxWarpMma(WarpMma):
+    """``ldmatrix.sync.aligned.m8n8.x4.b16`` and ``mma.sync.aligned.m16n8k16.row.col`` (f32
+    accumulators) through their NVVM intrinsics, declared in the module when made. A/B
+    fragment registers are ``i32`` for bf16, ``<2 x half>`` for f16."""
 
+    def __init__(self, module: ir.Module, element_type: str):
+        if element_type not in MMA_INTRINSICS:
+            raise ValueError(f"warp-level MMA takes f16 or bf16 inputs, not {element_type}")
+        self.element_type = element_type
+        self.fragment_type = I32 if element_type == "bf16" else ir.VectorType(F16, 2)
+        f4 = ir.LiteralStructType([F32] * 4)
+        i4 = ir.LiteralStructType([I32] * 4)
+        self._mma = _declare(module, MMA_INTRINSICS[element_type], f4, [self.fragment_type] * 6 + [F32] * 4)
+        self._ldmatrix = _declare(module, LDMATRIX_X4, i4, [ir.PointerType(addrspace=SHARED_ADDRSPACE)])
 
-def check_lowerable(text: str) -> None:
-    """Raise ``CodegenError`` for constructs that make the NVPTX backend abort the process
-    ("Cannot select", "no libcall available") instead of reporting an error."""
-    for m in _DECLARED_INTRINSIC.finditer(text):
-        if _fatal_intrinsic(m.group(1), m.group(2)):
-            base = m.group(2)
-            hint = (f"; use Target.math({base!r}, ...) (libdevice)" if base in MATH_FUNCTIONS else "")
-            raise CodegenError(f"{m.group(1)} cannot be lowered to PTX (LLVM would abort){hint}")
-    m = _I128_FP_CONVERSION.search(text)
-    if m:
-        raise CodegenError(f"conversion between floating point and i128 cannot be lowered to PTX: {m.group(0)!r}")
+    def load_matrix_x4(self, builder: ir.IRBuilder, address: ir.Value) -> list[ir.Value]:
+        v = builder.call(self._ldmatrix, [address])
+        out = [builder.extract_value(v, i) for i in range(4)]
+        return out if self.fragment_type == I32 else [builder.bitcast(x, self.fragment_type) for x in out]
 
-
-def _check_declarations(module: llvm.ModuleRef) -> None:
-    """The same check on a parsed module's declarations (after O3, which could create them)."""
-    for fn in module.functions:
-        if fn.is_declaration and fn.name.startswith("llvm."):
-            base = fn.name.split(".")[1]
-            if _fatal_intrinsic(fn.name, base):
-                raise CodegenError(f"{fn.name} cannot be lowered to PTX (LLVM would abort)")
-
-
-def compile_to_ptx(module: ir.Module | str, arch: str, kernel_names: Sequence[str],
-                   opt_level: int = 3) -> PtxResult:
-    """LLVM IR (an llvmlite module or its text) → optimised IR and PTX for ``arch``.
-
-    Every function not in ``kernel_names`` becomes internal, so O3 inlines and drops it:
-    the PTX has one ``.entry`` per kernel and no libdevice ``.func``.
-    """
-    tm = target_machine(arch, opt_level)
-    seconds: dict[str, float] = {}
-    t0 = time.perf_counter()
-    text = str(module)
-    check_lowerable(text)
-    try:
-        mod = llvm.parse_assembly(text)
-    except RuntimeError as e:
-        raise CodegenError(f"LLVM could not parse the module: {e}") from None
-    mod.triple = TRIPLE
-    mod.data_layout = str(tm.target_data)
-    try:
-        mod.verify()
-    except RuntimeError as e:
-        raise CodegenError(f"LLVM verifier: {e}") from None
-    for name in kernel_names:
-        if not is_ptx_identifier(name):
-            raise CodegenError(f"kernel name {name!r} is not a PTX identifier (ptxas would reject the PTX)")
-        try:
-            fn = mod.get_function(name)
-        except NameError:
-            raise CodegenError(f"kernel {name!r} is not defined in the module") from None
-        if fn.is_declaration:
-            raise CodegenError(f"kernel {name!r} is declared but not defined")
-    t1 = time.perf_counter()
-    seconds["parse"] = t1 - t0
-
-    default_linker().link_into(mod)
-    kernels = set(kernel_names)
-    for fn in mod.functions:
-        if not fn.is_declaration and fn.name not in kernels:
-            fn.linkage = llvm.Linkage.internal
-    t2 = time.perf_counter()
-    seconds["link"] = t2 - t1
-
-    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=opt_level))
-    pb.getModulePassManager().run(mod, pb)
-    _check_declarations(mod)
-    llvm_opt = str(mod)
-    t3 = time.perf_counter()
-    seconds["opt"] = t3 - t2
-
-    ptx = tm.emit_assembly(mod)
-    seconds["emit"] = time.perf_counter() - t3
-    for name in kernel_names:
-        if not re.search(rf"\.entry\s+{re.escape(name)}\s*\(", ptx):
-            raise CodegenError(f"{name!r} is not a kernel in the PTX: give it the ptx_kernel calling "
-                               "convention (NvptxTarget.begin_kernel does)")
-    return PtxResult(llvm_opt=llvm_opt, ptx=ptx, seconds=seconds)
+    def mma(self, builder: ir.IRBuilder, a: Sequence[ir.Value], b: Sequence[ir.Value],
+            c: Sequence[ir.Value]) -> ir.Value:
+        return builder.call(self._mma, [*a, *b, *c])

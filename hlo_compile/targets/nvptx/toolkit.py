@@ -28,7 +28,7 @@ import os
 import shutil
 from pathlib import Path
 
-from ..hlo.errors import HloError
+from ...hlo.errors import HloError
 
 OWN_ENV = "HLO_COMPILE_CUDA_HOME"
 ENV_VARS = (OWN_ENV, "CUDA_HOME", "CUDA_PATH")

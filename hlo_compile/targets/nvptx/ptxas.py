@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..codegen.errors import ToolError
+from ...codegen.errors import ToolError
 from .toolkit import ToolkitNotFound, find_ptxas
 
 TIMEOUT_SECONDS = 600
