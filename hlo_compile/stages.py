@@ -24,6 +24,7 @@ from .codegen.report import fusion_report_text
 from .hlo import HloModule
 from .indexing.report import indexing_report_json, indexing_report_text
 from .options import CompileOptions
+from .runtime.runnable import check_runnable
 from .targets import reserved_kernel_symbols
 from .targets.linking import link_kernel_modules
 from .targets.nvptx import NvptxTarget, PtxResult, compile_to_ptx, toolkit
@@ -79,6 +80,7 @@ def _hlo(options: CompileOptions, source: HloModule) -> StageOutput:
 def _fusions(options: CompileOptions, module: HloModule) -> StageOutput:
     # kernels keep their names on every target: none may take a symbol some target links
     plan = plan_prepared_module(module, options, reserved_kernel_symbols())
+    check_runnable(plan.computations or [plan.module.entry])
     return StageOutput(plan, fusion_report_text(plan))
 
 
