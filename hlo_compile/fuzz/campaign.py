@@ -50,6 +50,7 @@ class CampaignReport:
     ranks: Counter = field(default_factory=Counter)
     ets: Counter = field(default_factory=Counter)
     failures: list = field(default_factory=list)
+    unstable: list = field(default_factory=list)          # (seed, mode, detail): beyond the tolerance, within rounding
     host_seconds: float = 0.0
     emitters: Counter = field(default_factory=Counter)    # "mode:emitter[/variant]" -> kernels
 
@@ -86,6 +87,8 @@ class CampaignReport:
             self.emitters.update(f"{o['mode']}:{e}" for e in o.get("emitters") or ())
             if o["status"] in ("refused", "xla-refused"):
                 self._refusal(o["mode"], o)
+            if o["status"] == "unstable":  # excused by the rounding envelope: kept to look at
+                self.unstable.append((reply["seed"], o["mode"], (o.get("detail") or "")[:500]))
             if o["status"] in BAD:
                 out.append(self._failure(reply, o))
         self.failures += out
@@ -110,6 +113,9 @@ class CampaignReport:
                                                                       "xla-unchecked", "xla-died", "xla-timeout") if self.outcomes[(m, s)]]
             lines.append(f"{m}: " + ", ".join(cells))
         lines.append(f"mismatches {self.mismatches}, crashes (incl. died/timeouts) {self.crashes}")
+        if self.unstable:
+            lines.append("unstable (beyond the tolerance, within what rounding moves): " +
+                         ", ".join(f"seed {seed} {mode}" for seed, mode, _ in self.unstable))
         if self.refusals:
             lines.append("refusals by op (mode:op count):")
             for k, n in self.refusals.most_common():
@@ -133,6 +139,7 @@ class CampaignReport:
                 "mismatches": self.mismatches, "crashes": self.crashes, "ops": dict(self.ops.most_common()),
                 "features": dict(self.features), "ranks": {str(k): v for k, v in sorted(self.ranks.items())},
                 "element_types": dict(self.ets), "emitters": dict(sorted(self.emitters.items())),
+                "unstable": [{"seed": seed, "mode": mode, "detail": detail} for seed, mode, detail in self.unstable],
                 "failures": [{"seed": f.seed, "mode": f.mode, "status": f.status, "signature": f.signature,
                               "path": f.path, "bucket": f.bucket, "detail": f.detail[:2000]} for f in self.failures]}
 
