@@ -49,7 +49,7 @@ def _inline(m: HloModule, o: CompileOptions) -> HloModule:
 
 def _tree(m: HloModule, o: CompileOptions) -> HloModule:
     from ..codegen.device_info import device_for_arch
-    from ..codegen.tree_reduction import rewrite_tree_reductions
+    from ..passes.tree_reduction import rewrite_tree_reductions
     return rewrite_tree_reductions(m, device_for_arch(o.arch))
 
 
