@@ -118,7 +118,7 @@ def kernel_bytes(plan) -> int:
     outputs, except that an in-place kernel (dynamic-update-slice, scatter) counts its other
     operands read and the updated region written (read too, for scatter's combiner) instead of
     the whole updated buffer."""
-    from hlo_compile.codegen.emitters.loop import output_leaves
+    from hlo_compile.codegen.kernel import output_leaves
     total = 0
     for k in plan.kernels:
         f = k.fusion

@@ -116,7 +116,7 @@ def bind(exe, args, with_copies: bool = False):
     An in-place kernel (scatter, dynamic-update-slice) whose output was not donated starts from
     a copy of its operand, made here once; ``with_copies`` makes the function repeat those copies
     before each launch, as ``Executable.run`` does (the whole module's work)."""
-    from hlo_compile.codegen.emitters.loop import output_leaves
+    from hlo_compile.codegen.kernel import output_leaves
     p, values, launches = exe.platform, {}, []
     for inst in exe.module.entry.instructions:
         if inst.opcode == "parameter":

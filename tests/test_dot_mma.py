@@ -2,7 +2,7 @@
 
 - A numpy model of ``ldmatrix.x4`` and ``mma.m16n8k16`` written from the PTX ISA's fragment
   tables (independently of the emitter), driven by the emitter's own index maps
-  (``dot_mma.warp_origin``/``smem_offset``/``*_ldmatrix_source``/``acc_position``): one 16×8×16
+  (``mma_layout.warp_origin``/``smem_offset``/``*_ldmatrix_source``/``acc_position``): one 16×8×16
   mma and the whole 64×64 block tile over two K steps against ``A @ B``.
 - The path choice (flag, arch, element types, host target), FileCheck on the PTX, ptxas for
   sm_80 and sm_90, the default PTX without ``mma``, and the CLI flags reaching the options.
@@ -16,11 +16,11 @@ from click.testing import CliRunner
 
 from hlo_compile import parse_module
 from hlo_compile.codegen.compiler import plan_module
-from hlo_compile.codegen.emitters import dot_mma
-from hlo_compile.codegen.emitters.dot import BK, BM, BN, NUM_THREADS
-from hlo_compile.codegen.emitters.dot_mma import (MMA_SHARED_BYTES, SMEM_STRIDE, TILES_M, TILES_N, WARP_SIZE,
-                                                  a_ldmatrix_source, acc_position, b_ldmatrix_source,
-                                                  smem_offset, warp_origin)
+from hlo_compile.codegen.emitters.gemm import dot_mma
+from hlo_compile.codegen.emitters.gemm.mma_layout import (MMA_SHARED_BYTES, SMEM_STRIDE, TILES_M, TILES_N, WARP_SIZE,
+                                                          a_ldmatrix_source, acc_position, b_ldmatrix_source,
+                                                          smem_offset, warp_origin)
+from hlo_compile.codegen.emitters.gemm.tiles import BK, BM, BN, NUM_THREADS
 from hlo_compile.options import CompileOptions
 from hlo_compile.passes.wrap_fusions import wrap_entry_as_fusion
 from hlo_compile.pipeline import run_pipeline

@@ -103,7 +103,7 @@ def test_vectorised_tiled_maps_are_bijections():
     """The tiled transpose with v = 2 (forced on a small shape: the heuristic wants ~1M
     threads): a vector symbol s1, block 64 × 64, bijective maps that agree per block."""
     from dataclasses import replace
-    from hlo_compile.codegen.emitters.transpose_tiling import TransposeTiling
+    from hlo_compile.codegen.emitters.transpose.tiling import TransposeTiling
     from hlo_compile.codegen.target import LaunchDims
     spec = _spec("""HloModule t
 ENTRY e {

@@ -11,6 +11,7 @@ import pytest
 
 from hlo_compile import parse_module
 from hlo_compile.codegen.compiler import plan_module
+from hlo_compile.codegen.kernel import output_leaves
 from hlo_compile.options import CompileOptions
 from hlo_compile.passes.wrap_fusions import wrap_entry_as_fusion
 from hlo_compile.pipeline import run_pipeline
@@ -111,28 +112,22 @@ def _force_small_column_c1(monkeypatch):
     """XLA's normalisation never yields a column with c = 1 (a reduce with nothing kept
     minor is a row reduction), but the emitter handles it (32 threads, no padding): view
     the row reduction [1, y, x] as the column [y, x, 1] (same normalised positions)."""
-    from hlo_compile.codegen import compiler
-    from hlo_compile.codegen.emitters import reduction as R
-    from hlo_compile.codegen.emitters.reduction_small_column import small_column_geometry
+    from hlo_compile.codegen.emitter_kind import EmitterKind, ReductionVariant
+    from hlo_compile.codegen.emitters import EMITTERS, Emitter, reduction as R
+    from hlo_compile.codegen.emitters.reduction.small_column import small_column_geometry
     from hlo_compile.codegen.fusion_analysis import ReductionDimensions
     from hlo_compile.codegen.target import LaunchDims
-    original = compiler._planner
+    original = EMITTERS[EmitterKind.REDUCTION]
 
-    def planner(emitter):
-        fn = original(emitter)
-        if emitter != "reduction":
-            return fn
-
-        def plan(fusion, analysis, device, name):
-            spec = fn(fusion, analysis, device, name)
-            z, y, x = spec.rd.dimensions
-            assert spec.rd.is_row and z == 1
-            rd = ReductionDimensions(False, (y, x, 1))
-            geo = small_column_geometry(rd, R._vector_size_fn(spec.heroes, analysis.smallest_input_bits))
-            return dataclasses.replace(spec, variant="small-column", rd=rd, geometry=geo,
-                                       launch=LaunchDims((y, 1, spec.num_groups), (geo["threads"], 1, 1)))
-        return plan
-    monkeypatch.setattr(compiler, "_planner", planner)
+    def plan(fusion, analysis, device, name):
+        spec = original.plan(fusion, analysis, device, name)
+        z, y, x = spec.rd.dimensions
+        assert spec.rd.is_row and z == 1
+        rd = ReductionDimensions(False, (y, x, 1))
+        geo = small_column_geometry(rd, R.vector_size_fn(spec.heroes, analysis.smallest_input_bits))
+        return dataclasses.replace(spec, path=R.VARIANTS[ReductionVariant.SMALL_COLUMN], rd=rd, geometry=geo,
+                                   launch=LaunchDims((y, 1, spec.num_groups), (geo["threads"], 1, 1)))
+    monkeypatch.setitem(EMITTERS, EmitterKind.REDUCTION, Emitter(plan, original.emit))
 
 
 @pytest.mark.parametrize("shape", [[5, 300], [3, 64], [2, 1000]])
@@ -219,8 +214,8 @@ def test_two_groups_on_block_z(tmp_path):
         m = spec.thread_to_input_map(hero=h)
         assert all(d[5] == spec.group_of(hero) for d, _, _ in m.domain())
         _assert_bijection(m, hero.operands[0].shape.dimensions)
-    for i, r in enumerate(spec.reduce_roots):
-        _assert_bijection(spec.thread_to_output_map(i), r.shape.dimensions)
+    for leaf, (_, shape) in enumerate(output_leaves(kernel.fusion)):   # reduce roots and the side output
+        _assert_bijection(spec.thread_to_output_map(leaf), shape.dimensions)
     run_pipeline(parse_module(TWO_GROUPS), CompileOptions(), dump_to=tmp_path)
     k = json.loads((tmp_path / "summary.json").read_text())["kernels"][0]
     assert k["grid"][2] == 2 and k["reduction_groups"] == 2, k

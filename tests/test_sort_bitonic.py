@@ -1,4 +1,4 @@
-"""The bitonic sort in shared memory (``codegen/emitters/sort_bitonic.py``): hand-written sorts
+"""The bitonic sort in shared memory (``codegen/emitters/sort/bitonic.py``): hand-written sorts
 on the host against the interpreter (bit for bit: a sort is a permutation), the choice between
 it and the rank sort, the report and summary, and the IR/PTX (shared arrays, barriers, ptxas).
 
@@ -236,7 +236,7 @@ def test_tuple_of_get_tuple_elements_root_plans_and_emits():
     fusion analysis sends such roots to the loop emitter today, so no end-to-end run)."""
     import llvmlite.binding as llvm
     from hlo_compile.codegen.device_info import device_for_arch
-    from hlo_compile.codegen.emitters.sort import plan_sort_kernel
+    from hlo_compile.codegen.emitters.sort import emit_sort_kernel, plan_sort_kernel
     from hlo_compile.targets.nvptx import NvptxTarget
     text = PROLOGUE.replace(
         "  ROOT s = (f32[4,30], s32[4,30]) sort(n, b), dimensions={1}, is_stable=true, to_apply=lt2\n",
@@ -248,7 +248,7 @@ def test_tuple_of_get_tuple_elements_root_plans_and_emits():
     fusion = next(i for i in parse_module(text).entry.instructions if i.opcode == "fusion")
     spec = plan_sort_kernel(fusion, None, device_for_arch("sm_80"), "reordered")
     assert spec.summary_fields()["algorithm"] == "bitonic" and spec.leaf_outputs == (1, 0)
-    llvm.parse_assembly(str(spec.emit(NvptxTarget("sm_80")))).verify()
+    llvm.parse_assembly(str(emit_sort_kernel(NvptxTarget("sm_80"), spec))).verify()
 
 
 def test_random_inputs_helper():

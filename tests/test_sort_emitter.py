@@ -23,8 +23,12 @@ from codegen_helpers import emit_stage, run_on_host
 def rank_sort_only(monkeypatch):
     """This file tests the rank sort: keep the bitonic kernel (tests/test_sort_bitonic.py) from
     taking the rows that fit shared memory."""
-    from hlo_compile.codegen.emitters import sort_bitonic
-    monkeypatch.setattr(sort_bitonic, "plan_bitonic_sort", lambda *args: "off in the rank sort's tests")
+    from hlo_compile.codegen.emitters import sort
+    from hlo_compile.codegen.kernel import Declined
+
+    def off(*args):
+        raise Declined("off in the rank sort's tests")
+    monkeypatch.setitem(sort.ALGORITHMS, sort.SortAlgorithm.BITONIC, sort.Algorithm(off, sort.emit_sort_kernel))
 
 
 LT_F32_TOTAL = """

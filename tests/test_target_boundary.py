@@ -78,7 +78,7 @@ def test_codegen_imports_nothing_of_targets():
 
 def test_the_import_check_resolves_relative_imports():
     emitters = CODEGEN / "emitters"
-    assert "hlo_compile.codegen.target" in _imported_modules(emitters / "dot_mma.py")
+    assert "hlo_compile.codegen.target" in _imported_modules(emitters / "gemm" / "dot_mma.py")
     assert "hlo_compile.codegen.target" in _imported_modules(CODEGEN / "compiler.py")
 
 

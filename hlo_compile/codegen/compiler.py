@@ -2,89 +2,51 @@
 
 ``plan_module`` runs the passes (calls inlined, lone instructions wrapped as fusions) on a
 copy of the module, analyses every fusion of the ENTRY computation and of the computations
-that while and conditional run (hero, emitter choice), partitions it and fixes its launch
-configuration: kernels of loop bodies are planned once, at compile time. A ``KernelPlan`` can then emit its kernel for any target (``plan.emit``): the
-same plan gives the GPU module and the host module.
+that while and conditional run (hero, emitter choice), and plans it with the emitter the
+analysis names (``emitters.EMITTERS``): partition and launch configuration. Kernels of loop
+bodies are planned once, at compile time. A ``KernelPlan`` can then emit its kernel for any
+target (``plan.emit``): the same plan gives the GPU module and the host module.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Callable, Protocol
 
 from llvmlite import ir
 
 from ..hlo import HloComputation, HloInstruction, HloModule
 from ..hlo.errors import HloUnsupportedError
+from ..hlo.tiling import physical_size
 from ..options import CompileOptions
 from ..passes import run_passes
 from ..passes.prepare_control_flow import executed_computations
+from ..passes.tree_reduction import rewrite_tree_reductions
 from .device_info import DeviceInfo, device_for_arch
+from .emitter_kind import EmitterKind
+from .emitters import EMITTERS, EMPTY_KERNEL, Emitter
+from .emitters.loop import plan_loop_instead
 from .fusion_analysis import FusionAnalysis, analyze_fusion
+from .kernel import Declined, KernelSpec, output_leaves
+from .llvm_types import UnsupportedElementType, compute_type
 from .target import LaunchDims, Target
 
 
-class KernelSpec(Protocol):
-    """What an emitter's plan for one fusion provides (``emitters/loop.py``'s
-    ``LoopKernelSpec`` is the model)."""
-
-    launch: LaunchDims
-
-    def emit(self, target: Target) -> ir.Module: ...
-
-    def report_lines(self) -> list[str]: ...
-
-    def summary_fields(self) -> dict: ...
-
-    # optional: ``output_initialized_from = {output leaf: fusion operand}`` for kernels that
-    # update an operand in place; the runtime copies the operand into that output first,
-    # unless ``plan_module`` donated the operand's buffer (then the spec also has a
-    # ``donated`` field, ``{output leaf: fusion operand}``, and its params drop ``noalias``).
-
-
-# emitter name → "module:function" planning a fusion: (fusion, analysis, device, kernel name)
-# → KernelSpec. An emitter whose module is not there yet is simply not available.
-EMITTER_PLANNERS = {
-    "loop": "hlo_compile.codegen.emitters.loop:plan_loop_kernel",
-    "transpose": "hlo_compile.codegen.emitters.transpose:plan_transpose_kernel",
-    "reduction": "hlo_compile.codegen.emitters.reduction:plan_reduction_kernel",
-    "concatenate": "hlo_compile.codegen.emitters.concatenate:plan_concatenate_kernel",
-    "in-place-dus": "hlo_compile.codegen.emitters.in_place_dus:plan_in_place_dus_kernel",
-    "scatter": "hlo_compile.codegen.emitters.scatter:plan_scatter_kernel",
-    "sort": "hlo_compile.codegen.emitters.sort:plan_sort_kernel",
-    "dot": "hlo_compile.codegen.emitters.dot:plan_dot_kernel",
-    "convolution": "hlo_compile.codegen.emitters.conv:plan_conv_kernel",
-}
-
-
-@lru_cache(maxsize=None)
-def _planner(emitter: str) -> Callable | None:
-    spec = EMITTER_PLANNERS.get(emitter)
-    if spec is None:
-        return None
-    module_name, fn = spec.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if e.name == module_name:
-            return None
-        raise
-    return getattr(module, fn)
-
-
-def available_emitters() -> frozenset[str]:
-    return frozenset(e for e in EMITTER_PLANNERS if _planner(e) is not None)
+def available_emitters() -> frozenset[EmitterKind]:
+    """The emitter kinds ``EMITTERS`` has."""
+    return frozenset(EMITTERS)
 
 
 @dataclass
 class KernelPlan:
+    """One fusion's kernel: the analysis that chose its emitter, the emitter's plan (``spec``)
+    and the emitter, which emits the plan for any target (``emit``)."""
+
     fusion: HloInstruction
     kernel_name: str
     analysis: FusionAnalysis
     spec: KernelSpec
+    emitter: Emitter
     # in-place kernels: why the operand's buffer is (or is not) donated to the output
     aliasing: str = ""
 
@@ -93,19 +55,19 @@ class KernelPlan:
         """{output leaf: fusion operand} whose buffer *is* that output (no copy, no allocation:
         XLA's in-place aliasing, decided by ``plan_module``); empty when the kernel starts
         from a copy or updates nothing in place."""
-        return getattr(self.spec, "donated", None) or {}
+        return dict(self.spec.donated)
 
     @property
     def in_place_operands(self) -> dict[int, int]:
         """{output leaf: fusion operand} the output starts as (donated or copied)."""
-        return getattr(self.spec, "output_initialized_from", None) or {}
+        return dict(self.spec.in_place)
 
     @property
     def launch(self) -> LaunchDims:
         return self.spec.launch
 
     def emit(self, target: Target) -> ir.Module:
-        return self.spec.emit(target)
+        return self.emitter.emit(target, self.spec)
 
 
 @dataclass
@@ -146,7 +108,6 @@ def kernel_symbol(name: str, taken: set[str], reserved: frozenset[str] = frozens
 
 def check_element_types(fusion: HloInstruction) -> None:
     """Refuse, naming the instruction and line, a fusion using a type we cannot emit yet."""
-    from .llvm_types import UnsupportedElementType, compute_type
     insts = fusion.fused_computation.instructions
     # name a real instruction rather than a parameter the wrapping pass made up
     for inst in [i for i in insts if i.opcode != "parameter"] + [i for i in insts if i.opcode == "parameter"]:
@@ -161,24 +122,31 @@ def check_element_types(fusion: HloInstruction) -> None:
 
 
 def plan_fusion(fusion: HloInstruction, device: DeviceInfo, kernel_name: str) -> KernelPlan:
+    """The analysis of ``fusion`` and the plan of the emitter it names (``EMITTERS``); a
+    planner that declines hands the fusion to the loop emitter, with a new analysis that
+    says so."""
     check_element_types(fusion)
     analysis = analyze_fusion(fusion, device, available=available_emitters())
-    from .emitters.loop import EmptyKernelSpec, output_leaves
     if all(s.element_count() == 0 for _, s in output_leaves(fusion)):
         # nothing to compute (as XLA, no launch); the kernel exists so every fusion has one
-        analysis.emitter, analysis.variant = "loop", None
-        analysis.reason += "; every output is empty: no launch"
-        return KernelPlan(fusion, kernel_name, analysis, EmptyKernelSpec(kernel_name, fusion))
-    planner = _planner(analysis.emitter) if analysis.emitter else None
-    if planner is None:
+        analysis = analysis.without_launch()
+        return KernelPlan(fusion, kernel_name, analysis, EMPTY_KERNEL.plan(fusion, analysis, device, kernel_name),
+                          EMPTY_KERNEL)
+    emitter = EMITTERS.get(analysis.emitter) if analysis.emitter else None
+    if emitter is None:
         where = f" (line {fusion.location.line})" if fusion.location else ""
         raise HloUnsupportedError(f"fusion '%{fusion.name}'{where}: {analysis.reason}")
-    return KernelPlan(fusion, kernel_name, analysis, planner(fusion, analysis, device, kernel_name))
+    try:
+        spec = emitter.plan(fusion, analysis, device, kernel_name)
+    except Declined as declined:
+        by = analysis.emitter
+        analysis, emitter = analysis.declined(by, declined.why), EMITTERS[EmitterKind.LOOP]
+        spec = plan_loop_instead(fusion, analysis, device, kernel_name, by, declined.why)
+    return KernelPlan(fusion, kernel_name, analysis, spec, emitter)
 
 
 def prepare_module(module: HloModule, options: CompileOptions) -> HloModule:
     """The module after the passes and the code generator's own rewrites (a copy)."""
-    from ..passes.tree_reduction import rewrite_tree_reductions
     device = device_for_arch(options.arch)
     return run_passes(module, before_fusion=[lambda m: rewrite_tree_reductions(m, device)],
                       fusion=options.fusion)
@@ -228,7 +196,6 @@ def _tree_keys(tree) -> frozenset:
 
 
 def _buffer_trees(comp: HloComputation) -> dict[HloInstruction, object]:
-    from .emitters.loop import output_leaves
     trees: dict[HloInstruction, object] = {}
     for inst in comp.instructions:
         op = inst.opcode
@@ -292,8 +259,6 @@ def assign_in_place_buffers(comp: HloComputation, by_fusion: dict[int, KernelPla
     allocated, this kernel is its last reader (through any alias: bitcast, tuple,
     get-tuple-element, a while or conditional holding it) and ``comp``'s root does not hold it.
     Records ``donated`` on the spec (its params then drop ``noalias``) and why on the plan."""
-    from ..hlo.tiling import physical_size
-    from .emitters.loop import output_leaves
     trees = _buffer_trees(comp)
     last_read: dict = {}
     for pos, inst in enumerate(comp.instructions):
@@ -327,10 +292,7 @@ def assign_in_place_buffers(comp: HloComputation, by_fusion: dict[int, KernelPla
                 why.append(f"operand {k} (%{operand.name}) and output {leaf} differ in size or element type")
             else:
                 donated[leaf] = k
-        if donated and hasattr(plan.spec, "donated"):
+        if donated:
             plan.spec = dataclasses.replace(plan.spec, donated=donated)
-        elif donated:
-            why = [f"the {type(plan.spec).__name__} cannot take a donated buffer"]
-            donated = {}
         plan.aliasing = "; ".join(
             [f"output {leaf} takes operand {k}'s buffer" for leaf, k in donated.items()] + why)

@@ -231,7 +231,7 @@ elemental("shift-right-arithmetic")(_shift("ashr"))
 
 # ---- compare, select ----------------------------------------------------------------------------
 
-def _total_order_key(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+def total_order_key(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """A signed integer whose order is XLA's TOTALORDER: -NaN < -inf < ... < -0 < +0 < ... < +NaN."""
     width = x.type.width if isinstance(x.type, ir.IntType) else {"half": 16, "bfloat": 16, "float": 32,
                                                                  "double": 64}[str(x.type)]
@@ -249,7 +249,7 @@ def _compare(ctx: OpContext, ops: list[ir.Value]) -> ir.Value:
     ctype = ctx.inst.comparison_type
     if is_float(et):
         if ctype == "TOTALORDER":  # on the raw bits of the operand type: no widening
-            return b.icmp_signed(op, _total_order_key(b, x), _total_order_key(b, y))
+            return b.icmp_signed(op, total_order_key(b, x), total_order_key(b, y))
         x, y = widen(b, x, et), widen(b, y, et)
         # NaN is unequal to everything; every other relation with a NaN is false.
         return b.fcmp_unordered(op, x, y) if op == "!=" else b.fcmp_ordered(op, x, y)

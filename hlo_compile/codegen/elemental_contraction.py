@@ -14,13 +14,15 @@ from typing import Sequence
 from llvmlite import ir
 
 from ..hlo import HloInstruction
+from ..indexing.op_maps import output_to_input
 from .affine_emitter import AffineEmitter
 from .elemental_convert import emit_convert
-from .index_ops import index_op
+from .index_op_table import index_op
 from .llvm_types import compute_type
 
 
-def _acc_type(out_et: str) -> str:
+def accumulation_type(out_et: str) -> str:
+    """The element type a dot or convolution of result type ``out_et`` accumulates in."""
     if out_et in ("f16", "bf16", "f32"):
         return "f32"
     if out_et == "pred":
@@ -33,7 +35,7 @@ class _Accumulator:
 
     def __init__(self, fe, out_et: str):
         self.fe, self.b = fe, fe.kb.b
-        self.et = _acc_type(out_et)
+        self.et = accumulation_type(out_et)
         self.out_et = out_et
         t = compute_type(self.et)
         with self.b.goto_entry_block():
@@ -74,7 +76,6 @@ def _nest(fe, bounds: Sequence[int], body) -> None:
 
 @index_op("dot")
 def _dot(fe, inst: HloInstruction, index):
-    from ..indexing.op_maps import output_to_input
     lhs, rhs = inst.operands
     lmap, rmap = (e[0] for e in output_to_input(inst, 0))  # built unsimplified: shared symbols
     acc = _Accumulator(fe, inst.shape.element_type)

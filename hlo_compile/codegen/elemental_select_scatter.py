@@ -19,7 +19,8 @@ from llvmlite import ir
 
 from ..hlo import HloInstruction
 from .elemental_ops import emit_call_computation
-from .index_ops import index_op
+from .errors import unsupported
+from .index_op_table import index_op
 from .llvm_types import I1, compute_type
 
 
@@ -33,7 +34,6 @@ def _row_major(kb, idx, dims) -> ir.Value:
 
 @index_op("select-and-scatter")
 def _select_and_scatter(fe, inst: HloInstruction, index):
-    from .fused_emitter import unsupported
     b, kb = fe.kb.b, fe.kb
     operand, source, init = inst.operands
     window = inst.attr("window")

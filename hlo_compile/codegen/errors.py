@@ -5,7 +5,8 @@ as a traceback.
 """
 from __future__ import annotations
 
-from ..hlo.errors import HloError
+from ..hlo.errors import HloError, HloUnsupportedError
+from ..hlo.ir import HloInstruction
 
 
 class CodegenError(HloError):
@@ -20,3 +21,9 @@ class ToolError(HloError):
         super().__init__(message)
         self.tool_output = tool_output
         self.reproduce = reproduce
+
+
+def unsupported(inst: HloInstruction, what: str) -> HloUnsupportedError:
+    """The error for an instruction code generation cannot emit, naming it and its line."""
+    where = f" at line {inst.location.line}" if getattr(inst, "location", None) else ""
+    return HloUnsupportedError(f"{what}: {inst.opcode} '%{inst.name}'{where}")

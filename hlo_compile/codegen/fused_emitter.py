@@ -22,40 +22,20 @@ import numpy as np
 from llvmlite import ir
 
 from ..hlo import HloInstruction
-from ..hlo.errors import HloUnsupportedError
+from ..hlo.opcodes import ELEMENTWISE
 from ..indexing.layout_maps import linear_index_map
+from . import elemental_contraction, elemental_select_scatter, index_ops  # noqa: F401  (fill INDEX_OPS)
 from .affine_emitter import AffineEmitter
 from .elemental_ops import emit_constant_scalar, emit_scalar_op
+from .errors import unsupported
+from .index_op_table import INDEX_OPS
 from .kernel_builder import KernelBuilder
-from .value_numbering import index_key
-from .llvm_types import PTR, compute_type, storage_type
+from .llvm_types import PTR, compute_type, from_storage, storage_type, to_storage, to_storage_constant
 from .partitioner import PartitionedComputation, Subgraph
 from .target import Target
+from .value_numbering import index_key
 
 Value = "ir.Value | list[ir.Value]"
-
-
-def unsupported(inst: HloInstruction, what: str) -> HloUnsupportedError:
-    where = f" at line {inst.location.line}" if getattr(inst, "location", None) else ""
-    return HloUnsupportedError(f"{what}: {inst.opcode} '%{inst.name}'{where}")
-
-
-def to_storage(b: ir.IRBuilder, v: ir.Value, et: str) -> ir.Value:
-    st = storage_type(et)
-    if v.type == st:
-        return v
-    if et == "pred" or et.startswith("u"):
-        return b.zext(v, st)
-    return b.sext(v, st)
-
-
-def from_storage(b: ir.IRBuilder, v: ir.Value, et: str) -> ir.Value:
-    ct = compute_type(et)
-    if v.type == ct:
-        return v
-    if et == "pred":
-        return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
-    return b.trunc(v, ct)
 
 
 class FusedEmitter:
@@ -154,8 +134,6 @@ class FusedEmitter:
         return self.value(op, index)
 
     def _emit(self, inst: HloInstruction, index: Sequence[ir.Value]):
-        from .index_ops import INDEX_OPS
-        from ..hlo.opcodes import ELEMENTWISE
         if inst.opcode == "parameter":
             return self.load_parameter(inst, index)
         if inst.opcode == "constant":
@@ -186,6 +164,16 @@ class FusedEmitter:
         load = b.load(ptr, typ=storage_type(et))
         self.target.mark_invariant(load)
         return from_storage(b, load, et)
+
+    def store(self, shape, ptr: ir.Value, index: Sequence[ir.Value], value: ir.Value,
+              offset: ir.Value | None = None) -> None:
+        """Store ``value`` (compute type) at ``index`` of the output buffer ``ptr`` of ``shape``:
+        at its physical offset, or at ``offset`` when the caller computed it already."""
+        et = shape.element_type
+        b = self.kb.b
+        dst = b.gep(ptr, [self.offset(shape, index) if offset is None else offset], inbounds=True,
+                    source_etype=storage_type(et))
+        b.store(to_storage(b, value, et), dst)
 
     def _constant(self, inst: HloInstruction, index: Sequence[ir.Value]) -> ir.Value:
         if not inst.shape.is_array:
@@ -326,10 +314,3 @@ class FusedEmitter:
         phi.add_incoming(v1, bb1)
         phi.add_incoming(v2, bb2)
         return phi
-
-
-def to_storage_constant(c: ir.Constant, st: ir.Type) -> ir.Constant:
-    """A compute-type constant as its storage type (only integers narrower than a byte differ)."""
-    if c.type == st:
-        return c
-    return ir.Constant(st, int(c.constant) if not isinstance(c.constant, str) else 0)

@@ -5,227 +5,70 @@ threads map to data (a transpose needs shared-memory tiles, a reduction needs cr
 combining; elementwise ops around them just follow). We follow XLA's rules (notes/xla.md §b.1,
 ``FindNonTrivialHero``, ``HloFusionAnalysis::GetEmitterFusionKind``, ``GetFusionEmitter``) so
 that ``xla_emitter`` is what XLA would run, then use the best emitter we have (``emitter``)
-and say why (``reason``). The shape predicates the rules need live in ``hero_shapes.py``
+and say why (``reason``). The rules are one ordered table, ``HERO_RULES``: XLA's, plus ours
+for the fusions XLA hands to a library (a dot or a convolution hero: our GEMM emitters). The
+hero search and the predicates the rules ask live in ``hero_search.py`` and ``hero_shapes.py``
 (re-exported here).
 """
 from __future__ import annotations
 
 import json
-from collections import deque
-from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable
 
 from hlo_compile.hlo.ir import HloComputation, HloInstruction
-from hlo_compile.hlo.opcodes import ELEMENTWISE
 from hlo_compile.hlo.shape import Shape
 
 from .device_info import DeviceInfo
+from .emitter_kind import EmitterKind, ReductionVariant, TransposeVariant
+from .hero_search import (can_emit_dus_in_place, conv_hero, defining_dus, dot_hero, find_hero, fusion_roots,
+                          is_elementwise, is_intermediate, is_race_free, is_real_reduction_hero,
+                          is_reduction_from_or_to_contiguous_dimensions, multi_row_vector_size, reduction_variant)
 from .hero_shapes import (ReductionDimensions, TransposeDescription, bits_of, is_reshape_or_transpose_bitcast,
-                          reduction_dimensions, reshape_is_bitcast, same_shape, transpose_description,
-                          transpose_is_bitcast)
+                          reduction_dimensions, reshape_is_bitcast, transpose_description)
 
 __all__ = [
-    "FusionAnalysis", "ReductionDimensions", "TransposeDescription", "analyze_fusion", "find_hero",
-    "fusion_roots", "is_elementwise", "is_intermediate", "is_real_reduction_hero",
-    "is_reduction_from_or_to_contiguous_dimensions", "reduction_dimensions", "transpose_description",
+    "HERO_RULES", "FusionAnalysis", "ReductionDimensions", "TransposeDescription", "analyze_fusion", "bits_of",
+    "can_emit_dus_in_place", "conv_hero", "dot_hero", "find_hero", "fusion_roots", "is_elementwise",
+    "is_intermediate", "is_race_free", "is_real_reduction_hero", "is_reduction_from_or_to_contiguous_dimensions",
+    "multi_row_vector_size", "reduction_dimensions", "reduction_variant", "reshape_is_bitcast",
+    "transpose_description",
 ]
 
 _INT_MAX = 2**31 - 1
-_LOOP_CAN_EMIT = frozenset({"loop", "transpose", "reduction", "concatenate", "in-place-dus", "memcpy"})
-_BACKEND_KINDS = {"__custom_fusion": "custom", "__triton": "triton", "__triton_gemm": "triton",
-                  "__triton_nested_gemm_fusion": "triton", "__triton_collective": "triton",
-                  "__triton_softmax": "triton", "__cudnn$fusion": "cudnn"}
-
-
-def is_elementwise(inst: HloInstruction) -> bool:
-    """XLA's ``IsElementwise``: output element i depends only on operand elements i."""
-    op = inst.opcode
-    if op == "map":
-        dims = tuple(inst.dimensions)
-        return not dims or dims == tuple(range(inst.shape.rank))
-    if op == "bitcast-convert":
-        return bits_of(inst.shape.element_type) == bits_of(inst.operands[0].shape.element_type)
-    return op in ELEMENTWISE or op == "rng"
-
-
-def is_intermediate(inst: HloInstruction, allowed_operand_count: int = 1) -> bool:
-    """Ops that never decide the kernel's shape: elementwise ops (a copy only if it keeps the
-    layout), bitcasts, and reshapes/transposes that are bitcasts; 1..N operands."""
-    if not 1 <= len(inst.operands) <= allowed_operand_count:
-        return False
-    if is_elementwise(inst):
-        return inst.opcode != "copy" or same_shape(inst.shape, inst.operands[0].shape)
-    if inst.opcode == "bitcast":
-        return True
-    if inst.opcode == "reshape":
-        return reshape_is_bitcast(inst.operands[0].shape, inst.shape)
-    if inst.opcode == "transpose":
-        return transpose_is_bitcast(inst.operands[0].shape, inst.shape, inst.dimensions)
-    return False
-
-
-# ---- roots and heroes ------------------------------------------------------------------------
-
-def fusion_roots(comp: HloComputation) -> list[HloInstruction]:
-    """The outputs of a fused computation: a (nested) root tuple is expanded, a
-    get-tuple-element of a tuple is looked through (XLA's ``GetFusionRoots``)."""
-    out: list[HloInstruction] = []
-
-    def visit(inst: HloInstruction) -> None:
-        if inst.opcode == "get-tuple-element" and inst.operands[0].opcode == "tuple":
-            visit(inst.operands[0].operands[inst.tuple_index])
-        elif inst.opcode == "get-tuple-element":
-            out.append(inst.operands[0])
-        elif inst.opcode == "tuple":
-            for op in inst.operands:
-                visit(op)
-        else:
-            out.append(inst)
-    visit(comp.root)
-    return out
-
-
-def find_hero(root: HloInstruction) -> HloInstruction:
-    """XLA's ``FindNonTrivialHero``: walk up single-operand intermediate ops; then look for a
-    unique tiled transpose, else a unique concatenate, through intermediate ops of up to 3
-    operands; else the reduce the walk reached, else the root itself."""
-    hero = root
-    while is_intermediate(hero, 1) and hero.operands[0].opcode != "parameter":
-        hero = hero.operands[0]
-    for predicate in (lambda n: transpose_description(n) is not None, lambda n: n.opcode == "concatenate"):
-        found = _find_unique_hero(hero, predicate)
-        if found is not None:
-            return found
-    return hero if hero.opcode == "reduce" else root
-
-
-def _find_unique_hero(start: HloInstruction,
-                      predicate: Callable[[HloInstruction], bool]) -> HloInstruction | None:
-    """Breadth-first from ``start`` towards producers; None unless exactly one op matches and
-    nothing but intermediate ops (or tuples) is reachable from its users."""
-    hero, seen, queue = None, {id(start)}, deque([start])
-    while queue:
-        node = queue.popleft()
-        if predicate(node):
-            if hero is not None:
-                return None
-            hero = node
-            continue
-        if not is_intermediate(node, 3):
-            continue
-        for op in node.operands:
-            if op.opcode != "parameter" and id(op) not in seen:
-                seen.add(id(op))
-                queue.append(op)
-    if hero is None:
-        return None
-    seen, queue = set(), deque(hero.users)
-    while queue:
-        node = queue.popleft()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node.opcode not in ("tuple", "parameter") and not is_intermediate(node, 3):
-            return None
-        queue.extend(node.users)
-    return hero
-
-
-# ---- reductions ------------------------------------------------------------------------------
-
-def is_reduction_from_or_to_contiguous_dimensions(reduce: HloInstruction,
-                                                   device: DeviceInfo | None = None) -> bool:
-    """A reduce whose kept or reduced dims are consecutive in the operand layout and for which
-    the reduction emitter beats one thread per output element."""
-    if reduce.opcode != "reduce":
-        return False
-    if reduce.operands[0].shape.element_count() == 0:
-        return False  # every output is the init value (XLA's simplifier makes it a broadcast)
-    try:
-        dims = reduction_dimensions(reduce)
-    except ValueError:
-        return False
-    return _faster_than_elemental(dims, device.threads_per_warp if device else 32)
-
-
-def _faster_than_elemental(rd: ReductionDimensions, warp: int) -> bool:
-    _, major, minor = rd.dimensions
-    if minor == 0:
-        return False  # nothing to reduce into or over
-    if rd.is_row:
-        return minor >= warp or warp % minor == 0
-    prefer_elemental = (major < warp or (major < 2 * warp and minor < warp) or (major < 4 * warp and minor < 8)
-                        or (major < 8 * warp and minor < 3))
-    return not prefer_elemental
-
-
-def is_race_free(rd: ReductionDimensions, device: DeviceInfo | None = None) -> bool:
-    """At most one block writes each output: row x <= 1024*16 and z <= 8; column b <= 32*128."""
-    warp = device.threads_per_warp if device else 32
-    if rd.is_row:
-        return rd.dimensions[2] <= 1024 * 16 and rd.dimensions[0] <= 8
-    return rd.dimensions[1] <= warp * 128
-
-
-def is_real_reduction_hero(root: HloInstruction, hero: HloInstruction, device: DeviceInfo | None = None) -> bool:
-    """Whether ``hero`` makes the fusion a reduction fusion: a contiguous, worthwhile reduce that
-    is the root itself or small enough to be emitted without atomics."""
-    if not is_reduction_from_or_to_contiguous_dimensions(hero, device):
-        return False
-    return root is hero or is_race_free(reduction_dimensions(hero), device)
-
-
-def reduction_variant(rd: ReductionDimensions, in_bits: int, out_bits: int, device: DeviceInfo) -> str:
-    """Which of XLA's four reduction emitters runs (``CreateReductionFusion``)."""
-    if rd.is_row:
-        return "multi-row" if multi_row_vector_size(rd, in_bits, out_bits, device) else "row"
-    return "small-column" if device.threads_per_warp % rd.dimensions[2] == 0 else "column"
-
-
-def multi_row_vector_size(rd: ReductionDimensions, in_bits: int, out_bits: int, device: DeviceInfo) -> int | None:
-    """``MultiRowReductionFusion::TryCreate``: the vector size, or None when rows do not fit a warp."""
-    _, kept, x = rd.dimensions
-    if x & (x - 1):
-        return None
-    small, large = min(in_bits, out_bits), max(in_bits, out_bits)
-    if large == _INT_MAX:
-        large = out_bits
-    v = max(1, min(x, 64 // small))
-    if large >= 32:
-        v = min(128 // large, v)
-    warp = device.threads_per_warp
-
-    def blocks(vec: int) -> int:
-        reduced = x // vec
-        per_block = kept if kept * reduced <= 256 else 256 // reduced
-        return -(-kept // per_block)
-    if x > warp * v:
-        return None
-    while v > 1 and blocks(v) < device.core_count:
-        v //= 2
-    return v if x <= warp * v else None
+# XLA's kinds the loop emitter can stand in for (it computes the fusion element by element)
+_LOOP_CAN_EMIT = frozenset({EmitterKind.LOOP, EmitterKind.TRANSPOSE, EmitterKind.REDUCTION, EmitterKind.CONCATENATE,
+                            EmitterKind.IN_PLACE_DUS, EmitterKind.MEMCPY})
+# XLA's loop kinds: their heroes are reset to the roots
+_LOOP_KINDS = frozenset({EmitterKind.LOOP, EmitterKind.MEMCPY, EmitterKind.IN_PLACE_DUS})
+_BACKEND_KINDS = {"__custom_fusion": EmitterKind.CUSTOM, "__triton": EmitterKind.TRITON,
+                  "__triton_gemm": EmitterKind.TRITON, "__triton_nested_gemm_fusion": EmitterKind.TRITON,
+                  "__triton_collective": EmitterKind.TRITON, "__triton_softmax": EmitterKind.TRITON,
+                  "__cudnn$fusion": EmitterKind.CUDNN}
 
 
 # ---- the analysis ----------------------------------------------------------------------------
 
-@dataclass
+@dataclass(frozen=True)
 class FusionAnalysis:
     """What a fusion is and how it is emitted.
 
     ``heroes`` is parallel to ``roots``; for XLA's loop kinds (loop, memcpy, in-place-dus) it is
     reset to the roots, as XLA does (``raw_heroes`` keeps what the hero search found).
     ``xla_emitter`` is XLA's choice; ``emitter`` the one we run: the same when it is in
-    ``available``, else the loop emitter when it can compute the fusion element by element,
-    else None (scatter, sort, library kinds). ``variant`` is XLA's reduction or transpose
-    emitter variant. Bits are the narrowest parameter and root element types (pred = 8)."""
+    ``available``, ours where XLA calls a library (dot, convolution), else the loop emitter
+    when it can compute the fusion element by element, else None (scatter, sort, library
+    kinds). ``variant`` is XLA's reduction or transpose emitter variant. Bits are the
+    narrowest parameter and root element types (pred = 8). An analysis is never changed: what
+    planning learns later (an emitter declining the fusion) makes a new one (``declined``)."""
 
     fusion: HloInstruction
     device: DeviceInfo
     roots: list[HloInstruction]
     heroes: list[HloInstruction]
-    xla_emitter: str
-    emitter: str | None
-    variant: str | None
+    xla_emitter: EmitterKind
+    emitter: EmitterKind | None
+    variant: ReductionVariant | TransposeVariant | None
     reason: str
     transpose: TransposeDescription | None = None
     reduction: ReductionDimensions | None = None
@@ -238,91 +81,66 @@ class FusionAnalysis:
     def computation(self) -> HloComputation:
         return self.fusion.fused_computation
 
+    def declined(self, by: EmitterKind, why: str) -> FusionAnalysis:
+        """This analysis once ``by``'s planner declined the fusion: the loop emitter runs it,
+        and emitter, variant and reason say so."""
+        return self._by_loop_emitter(f"{by} emitter declined ({why}), using the loop emitter")
+
+    def without_launch(self) -> FusionAnalysis:
+        """This analysis for a fusion whose outputs are all empty (no kernel launch)."""
+        return self._by_loop_emitter("every output is empty: no launch")
+
+    def _by_loop_emitter(self, why: str) -> FusionAnalysis:
+        return replace(self, emitter=EmitterKind.LOOP, variant=None, reason=f"{self.reason}; {why}")
+
+
+@dataclass(frozen=True)
+class _Fusion:
+    """What the hero rules look at."""
+
+    fusion: HloInstruction
+    roots: list[HloInstruction]
+    heroes: list[HloInstruction]
+    device: DeviceInfo
+    in_bits: int
+    out_bits: int
+    available: frozenset[EmitterKind]
+
 
 @dataclass(frozen=True)
 class _Choice:
-    emitter: str
+    xla: EmitterKind                 # what XLA runs
     why: str
-    variant: str | None = None
+    ours: EmitterKind | None = None  # our emitter for what XLA sends to a library (dot, convolution)
+    variant: ReductionVariant | TransposeVariant | None = None
     transpose: TransposeDescription | None = None
     reduction: ReductionDimensions | None = None
     hero_reduce: HloInstruction | None = None
 
 
 def analyze_fusion(fusion: HloInstruction, device: DeviceInfo,
-                   available: frozenset[str] = frozenset({"loop"})) -> FusionAnalysis:
+                   available: frozenset[EmitterKind] = frozenset({EmitterKind.LOOP})) -> FusionAnalysis:
     """Roots, heroes, XLA's emitter choice for ``fusion`` and the emitter we use from ``available``."""
     comp = fusion.fused_computation
     roots = fusion_roots(comp)
     heroes = [find_hero(r) for r in roots]
-    in_bits = _smallest_bits(comp.parameters)
-    out_bits = _smallest_bits(roots)
-    choice = (_backend_kind(fusion) or _reduction_kind(roots, heroes, device, in_bits, out_bits)
-              or _transpose_kind(roots, heroes) or _single_root_kind(roots, heroes) or _loop_kind(roots, heroes))
-    loop_like = choice.emitter in ("loop", "memcpy", "in-place-dus")
-    emitter: str | None = None
-    reason = choice.why
-    dot = dot_hero(roots) if choice.emitter == "loop" and "dot" in available else None
-    conv = conv_hero(roots) if dot is None and choice.emitter == "loop" and "convolution" in available else None
-    if dot is not None:
-        emitter = "dot"
-        reason += (f"; dot hero %{dot.name}: XLA sends dot fusions to cuBLAS/Triton (gemm), "
-                   "we use the tiled dot emitter")
-    elif conv is not None:
-        emitter = "convolution"
-        reason += (f"; convolution hero %{conv.name}: XLA sends convolutions to cuDNN, "
-                   "we use the implicit-GEMM convolution emitter")
-    elif choice.emitter in available:
-        emitter = choice.emitter
-    elif choice.emitter in _LOOP_CAN_EMIT and "loop" in available:
-        emitter = "loop"
-        reason += f"; {choice.emitter} emitter not available, using the loop emitter"
-    else:
-        reason += f"; no {choice.emitter} emitter is available"
-    return FusionAnalysis(fusion, device, roots, list(roots) if loop_like else heroes, choice.emitter, emitter,
-                          choice.variant, reason, choice.transpose, choice.reduction, choice.hero_reduce,
-                          in_bits, out_bits, heroes)
+    facts = _Fusion(fusion, roots, heroes, device, _smallest_bits(comp.parameters), _smallest_bits(roots),
+                    frozenset(available))
+    choice = next(c for c in (rule(facts) for rule in HERO_RULES) if c is not None)
+    emitter, reason = _our_emitter(choice, facts.available)
+    return FusionAnalysis(fusion, device, roots, list(roots) if choice.xla in _LOOP_KINDS else heroes, choice.xla,
+                          emitter, choice.variant, reason, choice.transpose, choice.reduction, choice.hero_reduce,
+                          facts.in_bits, facts.out_bits, heroes)
 
 
-def dot_hero(roots: Sequence[HloInstruction]) -> HloInstruction | None:
-    """The dot of a fusion whose single root is that dot, or elementwise over it (an epilogue):
-    the fusion holds exactly one dot and every op on a path from it to the root is elementwise
-    with the dot's dimensions (so each output element needs the dot at its own index only)."""
-    return _gemm_hero(roots, "dot")
-
-
-def conv_hero(roots: Sequence[HloInstruction]) -> HloInstruction | None:
-    """The convolution of a fusion whose single root is that convolution, or elementwise over
-    it (bias, activation), by the same rule as ``dot_hero``."""
-    return _gemm_hero(roots, "convolution")
-
-
-def _gemm_hero(roots: Sequence[HloInstruction], opcode: str) -> HloInstruction | None:
-    if len(roots) != 1 or not roots[0].shape.is_array:
-        return None
-    comp = roots[0].parent if getattr(roots[0], "parent", None) is not None else None
-    dots = [i for i in (comp.instructions if comp is not None else []) if i.opcode == opcode]
-    if comp is None:  # find the dot by walking up from the root
-        seen, stack = set(), [roots[0]]
-        while stack:
-            x = stack.pop()
-            if id(x) not in seen:
-                seen.add(id(x))
-                dots += [x] if x.opcode == opcode else []
-                stack.extend(x.operands)
-    if len(dots) != 1 or len(dots[0].operands) != 2:
-        return None
-    dot, root = dots[0], roots[0]
-    below, stack = set(), list(dot.users)
-    while stack:
-        x = stack.pop()
-        if id(x) in below:
-            continue
-        below.add(id(x))
-        if not is_elementwise(x) or not x.shape.is_array or tuple(x.shape.dimensions) != tuple(dot.shape.dimensions):
-            return None
-        stack.extend(x.users)
-    return dot if (root is dot or id(root) in below) else None
+def _our_emitter(choice: _Choice, available: frozenset[EmitterKind]) -> tuple[EmitterKind | None, str]:
+    if choice.ours is not None:
+        return choice.ours, choice.why
+    if choice.xla in available:
+        return choice.xla, choice.why
+    if choice.xla in _LOOP_CAN_EMIT and EmitterKind.LOOP in available:
+        return EmitterKind.LOOP, f"{choice.why}; {choice.xla} emitter not available, using the loop emitter"
+    return None, f"{choice.why}; no {choice.xla} emitter is available"
 
 
 def _smallest_bits(insts: Iterable[HloInstruction]) -> int:
@@ -330,8 +148,8 @@ def _smallest_bits(insts: Iterable[HloInstruction]) -> int:
     return min(bits, default=_INT_MAX)
 
 
-def _backend_kind(fusion: HloInstruction) -> _Choice | None:
-    raw = fusion.attr("backend_config", None)
+def _backend_kind(f: _Fusion) -> _Choice | None:
+    raw = f.fusion.attr("backend_config", None)
     if not isinstance(raw, str) or "fusion_backend_config" not in raw:
         return None
     try:
@@ -342,7 +160,8 @@ def _backend_kind(fusion: HloInstruction) -> _Choice | None:
     return _Choice(emitter, f"backend config kind {kind}") if emitter else None
 
 
-def _reduction_kind(roots, heroes, device, in_bits, out_bits) -> _Choice | None:
+def _reduction_kind(f: _Fusion) -> _Choice | None:
+    roots, heroes, device = f.roots, f.heroes, f.device
     first = next((h for r, h in zip(roots, heroes) if is_real_reduction_hero(r, h, device)), None)
     if first is None:
         return None
@@ -356,16 +175,16 @@ def _reduction_kind(roots, heroes, device, in_bits, out_bits) -> _Choice | None:
                 return None
         elif reduction_dimensions(h) != rd:
             return None
-    variant = reduction_variant(rd, in_bits, out_bits, device)
+    variant = reduction_variant(rd, f.in_bits, f.out_bits, device)
     how = "row" if rd.is_row else "column"
     why = f"{how} reduction hero %{first.name} ([{', '.join(map(str, rd.dimensions))}]), {variant} emitter"
-    return _Choice("reduction", why, variant, reduction=rd, hero_reduce=first)
+    return _Choice(EmitterKind.REDUCTION, why, variant=variant, reduction=rd, hero_reduce=first)
 
 
-def _transpose_kind(roots, heroes) -> _Choice | None:
+def _transpose_kind(f: _Fusion) -> _Choice | None:
     desc: TransposeDescription | None = None
     others = []
-    for r, h in zip(roots, heroes):
+    for r, h in zip(f.roots, f.heroes):
         d = transpose_description(h)
         if d is None:
             others.append(r)
@@ -378,102 +197,97 @@ def _transpose_kind(roots, heroes) -> _Choice | None:
     in_shape = desc.instruction.operands[0].shape
     if any(not is_reshape_or_transpose_bitcast(r.shape, in_shape) for r in others):
         return None
-    variant = "packed" if desc.packed else "tiled"
+    variant = TransposeVariant.PACKED if desc.packed else TransposeVariant.TILED
     shape = in_shape.to_text(print_layout=False)
     why = f"transpose hero %{desc.instruction.name} ({desc.kind}, {shape}), {variant}"
-    return _Choice("transpose", why, variant, transpose=desc)
+    return _Choice(EmitterKind.TRANSPOSE, why, variant=variant, transpose=desc)
 
 
-def _single_root_kind(roots, heroes) -> _Choice | None:
-    if len(roots) != 1:
+# single-root opcodes with an emitter of their own (XLA lowers topk to a sort or a custom call;
+# our sort emitter ranks it)
+_ROOT_KINDS = {"scatter": EmitterKind.SCATTER, "sort": EmitterKind.SORT, "topk": EmitterKind.SORT}
+
+
+def _root_kind(f: _Fusion) -> _Choice | None:
+    if len(f.roots) != 1 or f.roots[0].opcode not in _ROOT_KINDS:
         return None
-    root, hero = roots[0], heroes[0]
-    if root.opcode in ("scatter", "sort"):
-        return _Choice(root.opcode, f"root %{root.name} is a {root.opcode}")
-    if root.opcode == "topk":  # XLA lowers topk to a sort (or a custom call); our sort emitter ranks it
-        return _Choice("sort", f"root %{root.name} is a topk")
+    root = f.roots[0]
+    return _Choice(_ROOT_KINDS[root.opcode], f"root %{root.name} is a {root.opcode}")
+
+
+def _concatenate_kind(f: _Fusion) -> _Choice | None:
+    if len(f.roots) != 1:
+        return None
+    root, hero = f.roots[0], f.heroes[0]
     if hero.opcode == "concatenate" and not root.shape.is_tuple and len(hero.operands) <= 4:
-        return _Choice("concatenate", f"concatenate hero %{hero.name} with {len(hero.operands)} operands")
+        return _Choice(EmitterKind.CONCATENATE, f"concatenate hero %{hero.name} with {len(hero.operands)} operands")
     return None
 
 
-def _loop_kind(roots, heroes) -> _Choice:
+def _memcpy_kind(f: _Fusion) -> _Choice | None:
     if all(r.opcode == "copy" and r.operands[0].opcode == "parameter"
-           and r.shape.layout == r.operands[0].shape.layout for r in roots):
-        return _Choice("memcpy", "every root copies a parameter without changing its layout")
-    if all(_defining_dus(r) is not None for r in roots) and can_emit_dus_in_place(roots):
-        return _Choice("in-place-dus", "every root is a dynamic-update-slice of a parameter updatable in place")
-    if len(roots) > 1:
-        return _Choice("loop", f"{len(roots)} roots without a common reduction or transpose hero")
-    root, hero = roots[0], heroes[0]
-    why = f"root %{root.name} ({root.opcode}) has no transpose, reduction, concatenate or scatter hero"
+           and r.shape.layout == r.operands[0].shape.layout for r in f.roots):
+        return _Choice(EmitterKind.MEMCPY, "every root copies a parameter without changing its layout")
+    return None
+
+
+def _in_place_dus_kind(f: _Fusion) -> _Choice | None:
+    if all(defining_dus(r) is not None for r in f.roots) and can_emit_dus_in_place(f.roots):
+        return _Choice(EmitterKind.IN_PLACE_DUS,
+                       "every root is a dynamic-update-slice of a parameter updatable in place")
+    return None
+
+
+def _multi_root_kind(f: _Fusion) -> _Choice | None:
+    if len(f.roots) > 1:
+        return _Choice(EmitterKind.LOOP, f"{len(f.roots)} roots without a common reduction or transpose hero")
+    return None
+
+
+def _dot_kind(f: _Fusion) -> _Choice | None:
+    return _gemm_kind(f, EmitterKind.DOT, dot_hero,
+                      "XLA sends dot fusions to cuBLAS/Triton (gemm), we use the tiled dot emitter")
+
+
+def _convolution_kind(f: _Fusion) -> _Choice | None:
+    return _gemm_kind(f, EmitterKind.CONVOLUTION, conv_hero,
+                      "XLA sends convolutions to cuDNN, we use the implicit-GEMM convolution emitter")
+
+
+def _gemm_kind(f: _Fusion, kind: EmitterKind, find: Callable[[list[HloInstruction]], HloInstruction | None],
+               note: str) -> _Choice | None:
+    """Our GEMM emitter ``kind`` for the hero ``find`` sees, where XLA runs a library."""
+    hero = find(f.roots) if kind in f.available else None
+    if hero is None:
+        return None
+    return _Choice(EmitterKind.LOOP, f"{_loop_why(f)}; {hero.opcode} hero %{hero.name}: {note}", ours=kind)
+
+
+def _loop_kind(f: _Fusion) -> _Choice:
+    return _Choice(EmitterKind.LOOP, _loop_why(f))
+
+
+def _loop_why(f: _Fusion) -> str:
+    root, hero = f.roots[0], f.heroes[0]
     if hero.opcode == "reduce":
-        why = f"reduce %{hero.name} is not a real reduction hero (one thread per output element)"
-    elif hero.opcode == "transpose":
-        why = (f"transpose %{hero.name} does not qualify for a shared-memory transpose (too small, 4-bit with "
-               "the minor dim moved, or a non-default layout)")
-    elif hero.opcode == "concatenate":
-        why = f"concatenate %{hero.name} has {len(hero.operands)} operands (more than 4)"
-    return _Choice("loop", why)
+        return f"reduce %{hero.name} is not a real reduction hero (one thread per output element)"
+    if hero.opcode == "transpose":
+        return (f"transpose %{hero.name} does not qualify for a shared-memory transpose (too small, 4-bit with "
+                "the minor dim moved, or a non-default layout)")
+    if hero.opcode == "concatenate":
+        return f"concatenate %{hero.name} has {len(hero.operands)} operands (more than 4)"
+    return f"root %{root.name} ({root.opcode}) has no transpose, reduction, concatenate or scatter hero"
+
+
+# XLA's decision order (``GetEmitterFusionKind``, then ``GetFusionEmitter``'s refinements of
+# kLoop; notes/xla.md §b.1), with our dot and convolution emitters where XLA calls a library.
+# The first rule that matches decides.
+HERO_RULES: tuple[Callable[[_Fusion], _Choice | None], ...] = (
+    _backend_kind, _reduction_kind, _transpose_kind, _root_kind, _concatenate_kind, _memcpy_kind,
+    _in_place_dus_kind, _multi_root_kind, _dot_kind, _convolution_kind, _loop_kind)
 
 
 def _elements(shape: Shape) -> int:
     while shape.is_tuple:
         shape = shape.tuple_shapes[0]
     return shape.element_count()
-
-
-# ---- in-place dynamic-update-slice -----------------------------------------------------------
-
-def _defining_dus(root: HloInstruction) -> HloInstruction | None:
-    inst = root
-    while inst.opcode == "bitcast":
-        inst = inst.operands[0]
-    return inst if inst.opcode == "dynamic-update-slice" else None
-
-
-def can_emit_dus_in_place(roots: list[HloInstruction]) -> bool:
-    """The structural part of XLA's ``CanEmitFusedDynamicUpdateSliceInPlace``: each root is a
-    DUS (through bitcasts) of a fusion parameter that nothing else reads at other positions,
-    all updates have one shape. Whether the parameter's buffer may be reused for the output is
-    the buffer assignment's decision, not checked here."""
-    dus_list = [_defining_dus(r) for r in roots]
-    if not dus_list or any(d is None for d in dus_list):
-        return False
-    update_shape = dus_list[0].operands[1].shape
-    for dus in dus_list:
-        node = dus
-        users = [u for u in node.users if u.opcode != "tuple"]
-        while users:
-            if len(users) > 1 or users[0].opcode != "bitcast":
-                return False
-            node = users[0]
-            users = [u for u in node.users if u.opcode != "tuple"]
-        operand = dus.operands[0]
-        if operand.opcode == "bitcast":
-            operand = operand.operands[0]
-        if operand.opcode != "parameter" or not _reads_in_place(operand, dus, update_shape):
-            return False
-        upd = dus.operands[1].shape
-        if upd.dimensions != update_shape.dimensions or upd.minor_to_major != update_shape.minor_to_major:
-            return False
-    return True
-
-
-def _reads_in_place(param: HloInstruction, dus: HloInstruction, update_shape: Shape) -> bool:
-    seen, queue = {id(param), id(dus)}, deque([param])
-    while queue:
-        for user in queue.popleft().users:
-            if user.opcode == "dynamic-slice" and user.operands[0] is dus.operands[0] \
-                    and same_shape(user.shape, update_shape):
-                if update_shape.element_count() != 1 and \
-                        any(a is not b for a, b in zip(user.operands[1:], dus.operands[2:])):
-                    return False
-            elif user is not dus and user.opcode == "dynamic-update-slice":
-                return False
-            elif user is not dus and not is_elementwise(user) and user.opcode not in ("bitcast", "tuple"):
-                return False
-            if id(user) not in seen:
-                seen.add(id(user))
-                queue.append(user)
-    return True

@@ -9,7 +9,7 @@ require (starts clamped to ``[0, dim - size]``).
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 from llvmlite import ir
 
@@ -18,23 +18,13 @@ from ..hlo.element_types import bit_width
 from ..indexing.indexing_map import IndexingMap
 from ..indexing.op_maps import output_to_input
 from .affine_emitter import AffineEmitter
-from .elemental_ops import emit_call_computation
-from .llvm_types import compute_type, storage_type
-
-Handler = Callable[..., object]  # (FusedEmitter, instruction, index) -> value
-INDEX_OPS: dict[str, Handler] = {}
-
-
-def index_op(*names: str):
-    def register(fn: Handler) -> Handler:
-        for n in names:
-            INDEX_OPS[n] = fn
-        return fn
-    return register
+from .elemental_ops import emit_call_computation, emit_scalar_op
+from .errors import unsupported
+from .index_op_table import index_op
+from .llvm_types import compute_type, from_storage, storage_type, to_storage
 
 
 def _single_map(fe, inst, operand: int = 0) -> IndexingMap:
-    from .fused_emitter import unsupported
     entry = output_to_input(inst, 0)[operand]
     if entry is None or len(entry) != 1:
         raise unsupported(inst, "no indexing map for this operand")
@@ -71,7 +61,6 @@ def _mapped(fe, inst, index):
 
 
 def _reinterpret(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
-    from .fused_emitter import from_storage, to_storage
     st_src, st_dst = storage_type(src), storage_type(dst)
     raw = to_storage(b, v, src)
     if str(st_src) != str(st_dst):
@@ -84,8 +73,6 @@ def _bitcast_convert(fe, inst, index):
     """Equal widths: the elemental reinterpretation. A width change adds (narrower result) or
     removes (wider result) a minor dimension; piece ``k`` of a wide value is bits
     ``[k*w, (k+1)*w)``, little-endian, as XLA reinterprets memory."""
-    from .elemental_ops import emit_scalar_op
-    from .fused_emitter import unsupported
     op = inst.operands[0]
     src, dst = op.shape.element_type, inst.shape.element_type
     src_bits, dst_bits = bit_width(src), bit_width(dst)
@@ -335,7 +322,3 @@ def _reduce_window(fe, inst, index):
     nest(0)
     out = [b.load(a) for a in accs]
     return out if n > 1 else out[0]
-
-
-# dot, convolution and select-and-scatter register themselves in INDEX_OPS (own modules)
-from . import elemental_contraction, elemental_select_scatter  # noqa: E402,F401

@@ -8,7 +8,7 @@ index math gives ``mad.lo.s32`` in PTX; 64-bit doubles the register cost).
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from llvmlite import ir
 
@@ -16,6 +16,7 @@ from .llvm_types import I1, I32, I64
 from .target import Target
 
 INT32_LIMIT = 2**31 - 1
+NO_WRAP = ("nuw", "nsw")   # flags of index arithmetic on in-range, non-negative indices
 
 
 def index_type_for(max_value: int) -> ir.IntType:
@@ -60,24 +61,83 @@ class KernelBuilder:
 
     def as_index(self, v: ir.Value, signed: bool = False) -> ir.Value:
         """``v`` (an integer of any width) converted to the index type."""
-        w, t = v.type.width, self.index_type
+        return self.cast_int(v, self.index_type, signed)
+
+    def cast_int(self, v: ir.Value, t: ir.IntType, signed: bool = False) -> ir.Value:
+        """``v`` (an integer of any width) truncated or extended to ``t``."""
+        w = v.type.width
         if w == t.width:
             return v
         if w > t.width:
             return self.b.trunc(v, t)
         return self.b.sext(v, t) if signed else self.b.zext(v, t)
 
+    # ---- ids ----------------------------------------------------------------------------------
     def thread_id(self, axis: int = 0) -> ir.Value:
         return self.as_index(self.target.thread_id(self.b, axis))
 
     def block_id(self, axis: int = 0) -> ir.Value:
         return self.as_index(self.target.block_id(self.b, axis))
 
+    def work_item_ids(self) -> list[ir.Value]:
+        """``(th_x, th_y, th_z, bl_x, bl_y, bl_z)``: the dims of every thread -> data map."""
+        return [self.thread_id(a) for a in range(3)] + [self.block_id(a) for a in range(3)]
+
+    def linear_block_id(self, grid: Sequence[int]) -> ir.Value:
+        """The block's number when blocks are split over grid x and y (``blockIdx.y ·
+        gridDim.x + blockIdx.x``; just ``blockIdx.x`` when the grid has one row)."""
+        if grid[1] == 1:
+            return self.block_id(0)
+        b = self.b
+        return b.add(b.mul(self.block_id(1), self.index(grid[0])), self.block_id(0), name="block")
+
+    # ---- index arithmetic ---------------------------------------------------------------------
+    def delinearize(self, linear: ir.Value, dims: Sequence[int], minor_to_major: Sequence[int] | None = None,
+                    *, wrap: bool = False) -> list[ir.Value]:
+        """The index of position ``linear`` in ``dims`` ordered by ``minor_to_major`` (row-major
+        when None): remainders and quotients from the minor dim up, size-1 dims constant 0,
+        the major dim the last quotient (``linear`` is taken to be in range; ``wrap``: the
+        major dim's too is taken modulo its size)."""
+        b = self.b
+        out: list[ir.Value] = [self.index(0)] * len(dims)
+        order = minor_to_major if minor_to_major is not None else range(len(dims) - 1, -1, -1)
+        order = [d for d in order if dims[d] != 1]
+        for k, d in enumerate(order):
+            major = k == len(order) - 1
+            out[d] = linear if major and not wrap else b.urem(linear, self.index(dims[d]))
+            if not major:
+                linear = b.udiv(linear, self.index(dims[d]))
+        return out
+
+    def linearize(self, index: Sequence[ir.Value], dims: Sequence[int],
+                  minor_to_major: Sequence[int] | None = None) -> ir.Value:
+        """The position of ``index`` in ``dims`` ordered by ``minor_to_major`` (row-major when
+        None). ``nuw nsw``: the index type holds every offset of the kernel, and consecutive
+        elements get provably consecutive offsets (vector loads)."""
+        b = self.b
+        order = minor_to_major if minor_to_major is not None else range(len(dims) - 1, -1, -1)
+        out, stride = None, 1
+        for d in order:
+            if dims[d] != 1:
+                term = index[d] if stride == 1 else b.mul(index[d], self.index(stride), flags=NO_WRAP)
+                out = term if out is None else b.add(out, term, flags=NO_WRAP)
+            stride *= dims[d]
+        return out if out is not None else self.index(0)
+
     # ---- control flow -----------------------------------------------------------------------
     @contextmanager
     def if_(self, cond: ir.Value) -> Iterator[None]:
         """Emit the body only where ``cond`` holds; the builder continues after the if."""
         with self.b.if_then(cond):
+            yield
+
+    @contextmanager
+    def if_all(self, conds: Sequence[ir.Value]) -> Iterator[None]:
+        """Emit the body only where every condition holds; no branch when there is none."""
+        if not conds:
+            yield
+            return
+        with self.if_(self.all_of(list(conds))):
             yield
 
     @contextmanager

@@ -20,14 +20,17 @@ from hlo_compile.indexing.indexing_map import IndexingMap
 from hlo_compile.indexing.simplifier import simplify
 
 from .device_info import DeviceInfo
+from .emitter_kind import EmitterKind
 from .fusion_analysis import FusionAnalysis, analyze_fusion, bits_of
 from .target import LaunchDims
+from .thread_maps import WORK_ITEM_DIM_NAMES
 
 MAX_UNROLL_FACTOR = 4
 WARP_SCHEDULERS = 4          # threads per block = warp size * schedulers = 128
 MAX_CONCAT_OPERANDS_FOR_UNROLLING = 10
 MAX_REDUCE_WINDOW_ELEMENTS_FOR_UNROLLING = 8
-WORK_ITEM_DIM_NAMES = ("th_x", "th_y", "th_z", "bl_x", "bl_y", "bl_z")
+# the kinds Blackwell's wide-vector unrolling applies to (notes §b.2)
+_WIDE_UNROLL_KINDS = frozenset({EmitterKind.LOOP, EmitterKind.TRANSPOSE, EmitterKind.CONCATENATE})
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,7 @@ def _blackwell_unroll(analysis: FusionAnalysis, unroll: int, vector_bits: int, m
     without a reduce whose smallest output is narrower than ``vector_bits / 4`` unroll to fill
     a vector of the widest input or output type."""
     insts = analysis.computation.instructions
-    if (len(analysis.roots) != 1 or analysis.xla_emitter not in ("loop", "transpose", "concatenate")
+    if (len(analysis.roots) != 1 or analysis.xla_emitter not in _WIDE_UNROLL_KINDS
             or any(i.opcode == "reduce" for i in insts) or analysis.smallest_output_bits * 4 >= vector_bits):
         return unroll
     widest = max([1] + [_bits(i.shape) for i in list(analysis.computation.parameters) + analysis.roots])

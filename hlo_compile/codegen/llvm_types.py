@@ -112,3 +112,32 @@ def storage_bytes(et: str) -> int:
     if isinstance(t, ir.IntType):
         return max(1, t.width // 8)
     return {"half": 2, "bfloat": 2, "float": 4, "double": 8}[str(t)]
+
+
+# ---- conversions between the two -----------------------------------------------------------------
+
+def to_storage(b: ir.IRBuilder, v: ir.Value, et: str) -> ir.Value:
+    """A compute-type value of ``et`` as it is stored (``pred`` and sub-byte integers widened)."""
+    st = storage_type(et)
+    if v.type == st:
+        return v
+    if et == "pred" or et.startswith("u"):
+        return b.zext(v, st)
+    return b.sext(v, st)
+
+
+def from_storage(b: ir.IRBuilder, v: ir.Value, et: str) -> ir.Value:
+    """A stored value of ``et`` in its compute type."""
+    ct = compute_type(et)
+    if v.type == ct:
+        return v
+    if et == "pred":
+        return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+    return b.trunc(v, ct)
+
+
+def to_storage_constant(c: ir.Constant, st: ir.Type) -> ir.Constant:
+    """A compute-type constant as its storage type (only integers narrower than a byte differ)."""
+    if c.type == st:
+        return c
+    return ir.Constant(st, int(c.constant) if not isinstance(c.constant, str) else 0)

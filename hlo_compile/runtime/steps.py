@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..codegen.compiler import KernelPlan
-from ..codegen.emitters.loop import output_leaves
+from ..codegen.kernel import output_leaves
 from ..hlo import HloInstruction
 from ..hlo.errors import HloUnsupportedError
 from .platform import Platform

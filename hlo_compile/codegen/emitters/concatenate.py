@@ -26,36 +26,39 @@ from llvmlite import ir
 from ...hlo import HloInstruction
 from ...indexing.indexing_map import IndexingMap
 from ..affine_emitter import AffineEmitter
-from ..fused_emitter import FusedEmitter, to_storage
-from ..fusion_analysis import is_elementwise
-from ..kernel_builder import KernelBuilder
+from ..device_info import DeviceInfo
+from ..fusion_analysis import FusionAnalysis, is_elementwise
+from ..kernel_builder import NO_WRAP
+from ..kernel import Declined, KernelSpec, kernel_index_type, open_kernel, output_leaves
 from ..launch import LoopConfig, loop_fusion_config, loop_launch_dims, thread_to_output_map
-from ..llvm_types import storage_type
-from ..partitioner import PartitionedComputation, partition
-from ..target import KernelParam, LaunchDims, Target
-from .loop import maybe_if, fall_back_to_loop, fusion_params, kernel_index_type, output_leaves
+from ..partitioner import partition
+from ..target import Target
+from ..thread_maps import WORK_ITEM_DIM_NAMES
 
 
-@dataclass(frozen=True)
-class ConcatenateKernelSpec:
-    kernel_name: str
-    fusion: HloInstruction
-    partitioned: PartitionedComputation
+@dataclass(frozen=True, kw_only=True)
+class ConcatenateKernelSpec(KernelSpec):
     hero: HloInstruction
     root: HloInstruction
     largest: int               # operand whose shape the threads enumerate
     epilogue: str              # "identity" | "physical"
     thread_map: IndexingMap    # work item -> index in the largest operand
-    launch: LaunchDims
     unroll: int
-    index_type: ir.IntType
 
-    @property
-    def params(self) -> list[KernelParam]:
-        return fusion_params(self.fusion)
-
-    def emit(self, target: Target) -> ir.Module:
-        return emit_concatenate_kernel(target, self)
+    def thread_to_input_map(self, hero: int = 0, operand: int | None = None) -> IndexingMap:
+        """The thread map restricted to operand ``operand``'s extent along the concatenation
+        dim (XLA's ``ConcatenateFusion``; ``hero`` is the concatenate, the only one; the
+        default operand is the largest, the one the threads enumerate). Where
+        the thread writes is the operand's offset added along that dim: not one affine map
+        for all operands, so there is no thread -> output map (as in XLA)."""
+        m, dim = self.thread_map, self.hero.dimensions[0]
+        operand = self.largest if operand is None else operand
+        extent = self.hero.operands[operand].shape.dimensions[dim]
+        cons = dict(m.constraints)
+        lo, hi = cons.get(m.exprs[dim], (0, extent - 1))
+        cons[m.exprs[dim]] = (lo, min(hi, extent - 1))
+        return IndexingMap(m.exprs, m.dims, m.ranges, m.rts, tuple(cons.items()), m.rt_sources,
+                           dim_names=WORK_ITEM_DIM_NAMES)
 
     def report_lines(self) -> list[str]:
         shape = self.hero.operands[self.largest].shape.to_text(print_layout=False)
@@ -104,14 +107,14 @@ def _epilogue_kind(hero: HloInstruction, root: HloInstruction) -> str | None:
     return "physical"
 
 
-def plan_concatenate_kernel(fusion: HloInstruction, analysis, device, kernel_name: str):
+def plan_concatenate_kernel(fusion: HloInstruction, analysis: FusionAnalysis, device: DeviceInfo,
+                            kernel_name: str) -> ConcatenateKernelSpec:
     root, hero = analysis.roots[0], analysis.heroes[0]
     if hero.opcode != "concatenate" or root.shape.is_tuple:
-        return fall_back_to_loop(fusion, analysis, device, kernel_name, "concatenate", "no concatenate hero")
+        raise Declined("no concatenate hero")
     epilogue = _epilogue_kind(hero, root)
     if epilogue is None:
-        return fall_back_to_loop(fusion, analysis, device, kernel_name, "concatenate",
-                                 "epilogue changes layouts or uses tiled layouts")
+        raise Declined("epilogue changes layouts or uses tiled layouts")
     dim = hero.dimensions[0]
     largest = 0
     for k, op in enumerate(hero.operands):
@@ -126,62 +129,42 @@ def plan_concatenate_kernel(fusion: HloInstruction, analysis, device, kernel_nam
     if unroll != config.unroll_factor:
         config = LoopConfig(unroll, loop_launch_dims(shape.element_count(), unroll, device), shape)
     thread_map = thread_to_output_map(shape, config)
-    return ConcatenateKernelSpec(kernel_name, fusion, partition(fusion.fused_computation), hero, root, largest,
-                                 epilogue, thread_map, config.launch, unroll,
-                                 kernel_index_type(fusion, config.launch, unroll))
-
-
-def _delinearize(kb: KernelBuilder, offset: ir.Value, shape) -> list[ir.Value]:
-    b = kb.b
-    index = [kb.index(0)] * shape.rank
-    divisor = 1
-    for d in shape.minor_to_major:
-        n = shape.dimensions[d]
-        q = b.udiv(offset, kb.index(divisor)) if divisor != 1 else offset
-        index[d] = b.urem(q, kb.index(n)) if n != 1 else kb.index(0)
-        divisor *= n
-    return index
+    return ConcatenateKernelSpec(name=kernel_name, fusion=fusion, partitioned=partition(fusion.fused_computation),
+                                 hero=hero, root=root, largest=largest, epilogue=epilogue, thread_map=thread_map,
+                                 launch=config.launch, unroll=unroll,
+                                 index_type=kernel_index_type(fusion, config.launch, unroll))
 
 
 def emit_concatenate_kernel(target: Target, spec: ConcatenateKernelSpec) -> ir.Module:
-    module = target.new_module(spec.kernel_name)
-    kf = target.begin_kernel(module, spec.kernel_name, spec.params)
-    kb = KernelBuilder(kf.builder, target, spec.index_type)
-    b = kb.b
-    n_in = len(spec.fusion.fused_computation.parameters)
-    fe = FusedEmitter(target, module, spec.kernel_name, spec.partitioned, spec.index_type, inline=True)
-    fe.bind(kb, kf.args[:n_in])
-    out_ptr = kf.args[n_in]
+    kernel = open_kernel(target, spec, inline=True)
+    kb, b, fe = kernel.kb, kernel.b, kernel.fe
+    out_ptr = kernel.outputs[0]
     (_, out_shape), = output_leaves(spec.fusion)
     hero, root = spec.hero, spec.root
     dim = hero.dimensions[0]
     offsets = list(itertools.accumulate([0] + [op.shape.dimensions[dim] for op in hero.operands]))
     largest_extent = hero.operands[spec.largest].shape.dimensions[dim]
     m = spec.thread_map
-    ids = [kb.thread_id(a) for a in range(3)] + [kb.block_id(a) for a in range(3)]
-    et = out_shape.element_type
+    ids = kb.work_item_ids()
     for point in itertools.product(*(range(lo, hi + 1) for lo, hi in m.ranges)):
         ae = AffineEmitter(kb, ids, [kb.index(s) for s in point], bounds=lambda v: m.bound(v))
-        with maybe_if(kb, ae.in_bounds(m.constraints)):
+        with kb.if_all(ae.in_bounds(m.constraints)):
             index = ae.emit_all(m.exprs)
-            for k, op in enumerate(hero.operands):
+            for i, op in enumerate(hero.operands):
                 extent = op.shape.dimensions[dim]
                 if extent == 0:
                     continue
                 cond = [] if extent >= largest_extent else [b.icmp_unsigned("<", index[dim], kb.index(extent))]
-                with maybe_if(kb, cond), fe.scope():
+                with kb.if_all(cond), fe.scope():
                     v = fe.value(op, index)
                     hero_index = list(index)
-                    if offsets[k]:
-                        hero_index[dim] = b.add(index[dim], kb.index(offsets[k]), flags=("nuw", "nsw"))
+                    if offsets[i]:
+                        hero_index[dim] = b.add(index[dim], kb.index(offsets[i]), flags=NO_WRAP)
                     fe.injected[hero] = lambda _idx, v=v: v
                     if spec.epilogue == "identity":
                         root_index = hero_index
                     else:
-                        root_index = _delinearize(kb, fe.offset(hero.shape, hero_index), root.shape)
-                    rv = fe.value(root, root_index)
-                    dst = b.gep(out_ptr, [fe.offset(out_shape, root_index)], inbounds=True,
-                                source_etype=storage_type(et))
-                    b.store(to_storage(b, rv, et), dst)
-    target.end_kernel(b)
-    return module
+                        root_index = kb.delinearize(fe.offset(hero.shape, hero_index), root.shape.dimensions,
+                                                    root.shape.minor_to_major, wrap=True)
+                    fe.store(out_shape, out_ptr, root_index, fe.value(root, root_index))
+    return kernel.finish()

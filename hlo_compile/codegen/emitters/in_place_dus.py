@@ -4,7 +4,7 @@ XLA (notes/xla.md §b.3, ``in_place_dynamic_update_slice.cc``) emits a fusion wh
 all dynamic-update-slices (possibly through bitcasts) of a parameter as a kernel over the
 *update* shape: the output buffer already holds the updated operand (XLA aliases the two, and so
 do we when ``plan_module`` can donate the operand's buffer, ``donated``; otherwise the runtime
-copies the operand into the output first, ``output_initialized_from``) and each thread
+copies the operand into the output first, ``in_place``) and each thread
 writes its update element at ``update index + clamp(start, 0, dim - update_dim)``.
 
 Launch and unroll follow the loop emitter's heuristics on the update shape. Bitcasts between
@@ -14,7 +14,7 @@ physical position, so the offset in the DUS shape is the offset in the output bu
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from llvmlite import ir
 
@@ -22,43 +22,34 @@ from ...hlo import HloInstruction
 from ...hlo.tiling import physical_size
 from ...indexing.indexing_map import IndexingMap
 from ..affine_emitter import AffineEmitter
-from ..fused_emitter import FusedEmitter, to_storage
+from ..device_info import DeviceInfo
+from ..fusion_analysis import FusionAnalysis
 from ..index_ops import start_index
-from ..kernel_builder import KernelBuilder
+from ..kernel import Declined, KernelSpec, kernel_index_type, open_kernel, output_leaves
 from ..launch import loop_fusion_config, thread_to_output_map
-from ..llvm_types import storage_type
-from ..partitioner import PartitionedComputation, partition
-from ..target import KernelParam, LaunchDims, Target
-from .loop import maybe_if, fall_back_to_loop, fusion_params, kernel_index_type, output_leaves
+from ..partitioner import partition
+from ..target import Target
 
 
-@dataclass(frozen=True)
-class InPlaceDusKernelSpec:
-    kernel_name: str
-    fusion: HloInstruction
-    partitioned: PartitionedComputation
+@dataclass(frozen=True, kw_only=True)
+class InPlaceDusKernelSpec(KernelSpec):
     updates: tuple            # the DUS of each output leaf
     thread_map: IndexingMap   # work item -> update index
-    launch: LaunchDims
     unroll: int
-    index_type: ir.IntType
-    output_initialized_from: dict
-    # {output leaf: operand} whose buffer plan_module donated to the output (no copy)
-    donated: dict = field(default_factory=dict)
 
-    @property
-    def params(self) -> list[KernelParam]:
-        return fusion_params(self.fusion, self.donated)
-
-    def emit(self, target: Target) -> ir.Module:
-        return emit_in_place_dus_kernel(target, self)
+    def thread_to_input_map(self, hero: int = 0, operand: int | None = None) -> IndexingMap | None:
+        """The update (operand 1, the default) of the dynamic-update-slice of output ``hero``: the thread
+        map (XLA's ``InPlaceDynamicUpdateSliceFusion``). Where it is written depends on the
+        start indices (data), so there is no thread -> output map; the other operands are not
+        read per element."""
+        return self.thread_map if operand in (None, 1) else None
 
     def report_lines(self) -> list[str]:
         upd = self.updates[0].operands[1].shape.to_text(print_layout=False)
         return [f"in place: {len(self.updates)} dynamic-update-slice(s) over update shape {upd}, "
                 f"unroll {self.unroll}, index type {self.index_type}",
-                f"outputs start as operands: {self.output_initialized_from}"
-                + (f", donated (in place): {self.donated}" if self.donated else ", copied"),
+                f"outputs start as operands: {dict(self.in_place)}"
+                + (f", donated (in place): {dict(self.donated)}" if self.donated else ", copied"),
                 f"thread -> update: {self.thread_map.to_text()}",
                 *self.partitioned.to_text().splitlines()]
 
@@ -98,32 +89,29 @@ def _why_not(fusion: HloInstruction, leaves) -> str | None:
     return None
 
 
-def plan_in_place_dus_kernel(fusion: HloInstruction, analysis, device, kernel_name: str):
+def plan_in_place_dus_kernel(fusion: HloInstruction, analysis: FusionAnalysis, device: DeviceInfo,
+                             kernel_name: str) -> InPlaceDusKernelSpec:
     leaves = output_leaves(fusion)
     why = _why_not(fusion, leaves)
     if why is not None:
-        return fall_back_to_loop(fusion, analysis, device, kernel_name, "in-place-dus", why)
+        raise Declined(why)
     dus_list = tuple(_through_bitcasts(r) for r, _ in leaves)
     update_shape = dus_list[0].operands[1].shape
     config = loop_fusion_config(analysis, device, shape=update_shape)
     thread_map = thread_to_output_map(update_shape, config)
     init = {i: _through_bitcasts(d.operands[0]).parameter_number for i, d in enumerate(dus_list)}
-    return InPlaceDusKernelSpec(kernel_name, fusion, partition(fusion.fused_computation), dus_list, thread_map,
-                                config.launch, config.unroll_factor,
-                                kernel_index_type(fusion, config.launch, config.unroll_factor), init)
+    return InPlaceDusKernelSpec(name=kernel_name, fusion=fusion, partitioned=partition(fusion.fused_computation),
+                                updates=dus_list, thread_map=thread_map, launch=config.launch,
+                                unroll=config.unroll_factor,
+                                index_type=kernel_index_type(fusion, config.launch, config.unroll_factor),
+                                in_place=init)
 
 
 def emit_in_place_dus_kernel(target: Target, spec: InPlaceDusKernelSpec) -> ir.Module:
-    module = target.new_module(spec.kernel_name)
-    kf = target.begin_kernel(module, spec.kernel_name, spec.params)
-    kb = KernelBuilder(kf.builder, target, spec.index_type)
-    b = kb.b
-    n_in = len(spec.fusion.fused_computation.parameters)
-    fe = FusedEmitter(target, module, spec.kernel_name, spec.partitioned, spec.index_type)
-    fe.bind(kb, kf.args[:n_in])
-    out_ptrs = kf.args[n_in:]
+    kernel = open_kernel(target, spec)
+    kb, b, fe = kernel.kb, kernel.b, kernel.fe
     m = spec.thread_map
-    ids = [kb.thread_id(a) for a in range(3)] + [kb.block_id(a) for a in range(3)]
+    ids = kb.work_item_ids()
     # start indices are the same for every element: load and clamp them once per thread
     starts = []
     for dus in spec.updates:
@@ -131,15 +119,13 @@ def emit_in_place_dus_kernel(target: Target, spec: InPlaceDusKernelSpec) -> ir.M
         starts.append([start_index(fe, dus, 2 + d, n - u) for d, (n, u) in enumerate(zip(dims, udims))])
     for point in itertools.product(*(range(lo, hi + 1) for lo, hi in m.ranges)):
         ae = AffineEmitter(kb, ids, [kb.index(s) for s in point], bounds=lambda v: m.bound(v))
-        with maybe_if(kb, ae.in_bounds(m.constraints)), fe.scope():
+        with kb.if_all(ae.in_bounds(m.constraints)), fe.scope():
             index = ae.emit_all(m.exprs)
             stores = []
-            for dus, start, ptr in zip(spec.updates, starts, out_ptrs):
+            for dus, start, ptr in zip(spec.updates, starts, kernel.outputs):
                 v = fe.value(dus.operands[1], index)
                 out_index = [b.add(i, s) for i, s in zip(index, start)]
-                stores.append((dus.shape.element_type, ptr, fe.offset(dus.shape, out_index), v))
-            for et, ptr, off, v in stores:
-                dst = b.gep(ptr, [off], inbounds=True, source_etype=storage_type(et))
-                b.store(to_storage(b, v, et), dst)
-    target.end_kernel(b)
-    return module
+                stores.append((dus.shape, ptr, out_index, fe.offset(dus.shape, out_index), v))
+            for shape, ptr, out_index, off, v in stores:
+                fe.store(shape, ptr, out_index, v, offset=off)
+    return kernel.finish()

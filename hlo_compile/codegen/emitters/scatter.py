@@ -2,7 +2,7 @@
 
 XLA (notes/xla.md §b.3, ``scatter.cc``): the output buffer starts as the scatter operand (XLA
 aliases them, and so do we when ``plan_module`` can donate the operand's buffer, ``donated``;
-otherwise the runtime copies the operand into the output first, ``output_initialized_from``)
+otherwise the runtime copies the operand into the output first, ``in_place``)
 and the launch covers the updates tensor (loop launch dims, one element per thread: the
 "distributed updates" variant; XLA's "distributed indices" variant for large sorted inputs
 is not implemented). A thread at update index ``u``:
@@ -31,7 +31,7 @@ only selects XLA's other variant; it does not change the results here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from llvmlite import ir
 
@@ -39,46 +39,40 @@ from ...hlo import HloInstruction
 from ...hlo.errors import HloUnsupportedError
 from ...indexing.indexing_map import IndexingMap
 from ..affine_emitter import AffineEmitter
+from ..device_info import DeviceInfo
 from ..elemental_ops import emit_call_computation
-from ..fused_emitter import FusedEmitter, from_storage, to_storage
+from ..fused_emitter import FusedEmitter
+from ..fusion_analysis import FusionAnalysis
+from ..kernel import KernelSpec, kernel_index_type, open_kernel
 from ..kernel_builder import KernelBuilder
 from ..launch import LoopConfig, loop_launch_dims, thread_to_output_map
-from ..llvm_types import I32, I64, storage_type
-from ..partitioner import PartitionedComputation, partition
-from ..target import KernelParam, LaunchDims, Target
-from .loop import maybe_if, fusion_params, kernel_index_type
+from ..llvm_types import I32, I64, from_storage, storage_type, to_storage
+from ..partitioner import partition
+from ..target import Target
 
 _RMW_OPS = {"add": ("fadd", "add", "add"), "maximum": (None, "max", "umax"), "minimum": (None, "min", "umin")}
 
 
-@dataclass(frozen=True)
-class ScatterKernelSpec:
-    kernel_name: str
-    fusion: HloInstruction
-    partitioned: PartitionedComputation
+@dataclass(frozen=True, kw_only=True)
+class ScatterKernelSpec(KernelSpec):
     scatter: HloInstruction
     thread_map: IndexingMap     # work item -> update index
-    launch: LaunchDims
-    index_type: ir.IntType
     combine: str                # "store" | "atomicrmw <op>" | "cas"
-    output_initialized_from: dict
-    # {output leaf: operand} whose buffer plan_module donated to the output (no copy)
-    donated: dict = field(default_factory=dict)
 
-    @property
-    def params(self) -> list[KernelParam]:
-        return fusion_params(self.fusion, self.donated)
-
-    def emit(self, target: Target) -> ir.Module:
-        return emit_scatter_kernel(target, self)
+    def thread_to_input_map(self, hero: int = 0, operand: int | None = None) -> IndexingMap | None:
+        """The updates (operand ``n + 1 + k`` of a scatter of ``n`` operands; the first by
+        default): the thread map. The scatter indices are read where the update's scatter
+        dims say, and where the thread writes depends on them (data): no thread -> output map."""
+        n = len(self.scatter.operands) // 2
+        return self.thread_map if operand is None or n < operand <= 2 * n else None
 
     def report_lines(self) -> list[str]:
         n = len(self.scatter.operands) // 2
         upd = self.scatter.operands[n + 1].shape.to_text(print_layout=False)
         return [f"scatter %{self.scatter.name}: one thread per update element of {upd}, combine by "
                 f"{self.combine}, index type {self.index_type}",
-                f"outputs start as operands: {self.output_initialized_from}"
-                + (f", donated (in place): {self.donated}" if self.donated else ", copied"),
+                f"outputs start as operands: {dict(self.in_place)}"
+                + (f", donated (in place): {dict(self.donated)}" if self.donated else ", copied"),
                 f"thread -> update: {self.thread_map.to_text()}",
                 *self.partitioned.to_text().splitlines()]
 
@@ -115,7 +109,8 @@ def rmw_op(scatter: HloInstruction) -> str | None:
     return None
 
 
-def plan_scatter_kernel(fusion: HloInstruction, analysis, device, kernel_name: str) -> ScatterKernelSpec:
+def plan_scatter_kernel(fusion: HloInstruction, analysis: FusionAnalysis, device: DeviceInfo,
+                        kernel_name: str) -> ScatterKernelSpec:
     scatter = analysis.roots[0]
     if scatter.opcode != "scatter":
         raise _refuse(scatter, "the fusion root is not the scatter")
@@ -139,8 +134,9 @@ def plan_scatter_kernel(fusion: HloInstruction, analysis, device, kernel_name: s
     config = LoopConfig(1, loop_launch_dims(num, 1, device), updates)
     thread_map = thread_to_output_map(updates, config)
     init = {k: scatter.operands[k].parameter_number for k in range(n)}
-    return ScatterKernelSpec(kernel_name, fusion, partition(fusion.fused_computation), scatter, thread_map,
-                             config.launch, kernel_index_type(fusion, config.launch), combine, init)
+    return ScatterKernelSpec(name=kernel_name, fusion=fusion, partitioned=partition(fusion.fused_computation),
+                             scatter=scatter, thread_map=thread_map, launch=config.launch,
+                             index_type=kernel_index_type(fusion, config.launch), combine=combine, in_place=init)
 
 
 def _operand_index(kb: KernelBuilder, fe: FusedEmitter, scatter: HloInstruction, u: list[ir.Value]):
@@ -180,26 +176,20 @@ def _operand_index(kb: KernelBuilder, fe: FusedEmitter, scatter: HloInstruction,
 
 
 def emit_scatter_kernel(target: Target, spec: ScatterKernelSpec) -> ir.Module:
-    module = target.new_module(spec.kernel_name)
-    kf = target.begin_kernel(module, spec.kernel_name, spec.params)
-    kb = KernelBuilder(kf.builder, target, spec.index_type)
-    b = kb.b
+    kernel = open_kernel(target, spec)
+    kb, b, fe = kernel.kb, kernel.b, kernel.fe
     scatter = spec.scatter
-    n_in = len(spec.fusion.fused_computation.parameters)
     n = len(scatter.operands) // 2
-    fe = FusedEmitter(target, module, spec.kernel_name, spec.partitioned, spec.index_type)
-    fe.bind(kb, kf.args[:n_in])
-    out_ptrs = kf.args[n_in:]
+    out_ptrs = kernel.outputs
     m = spec.thread_map
-    ids = [kb.thread_id(a) for a in range(3)] + [kb.block_id(a) for a in range(3)]
+    ids = kb.work_item_ids()
     ae = AffineEmitter(kb, ids, [kb.index(lo) for lo, _ in m.ranges], bounds=lambda v: m.bound(v))
     if scatter.operands[n + 1].shape.element_count() == 0:
-        target.end_kernel(b)
-        return module
-    with maybe_if(kb, ae.in_bounds(m.constraints)):
+        return kernel.finish()
+    with kb.if_all(ae.in_bounds(m.constraints)):
         u = ae.emit_all(m.exprs)
         full, conds = _operand_index(kb, fe, scatter, u)
-        with maybe_if(kb, conds), fe.scope():
+        with kb.if_all(conds), fe.scope():
             values = [fe.value(scatter.operands[n + 1 + k], u) for k in range(n)]
             shapes = scatter.shape.tuple_shapes if scatter.shape.is_tuple else [scatter.shape]
             ptrs = []
@@ -214,8 +204,7 @@ def emit_scatter_kernel(target: Target, spec: ScatterKernelSpec) -> ir.Module:
                 b.atomic_rmw(spec.combine.split()[1], ptrs[0], to_storage(b, values[0], et), "monotonic")
             else:
                 _combine_cas(b, target, scatter, shapes[0], ptrs[0], values[0])
-    target.end_kernel(b)
-    return module
+    return kernel.finish()
 
 
 def _combine_store(b: ir.IRBuilder, target: Target, scatter, shapes, ptrs, values) -> None:

@@ -1,4 +1,4 @@
-"""Column reductions (XLA's ``ColumnReductionFusion``; small columns: ``reduction_small_column``).
+"""Column reductions (XLA's ``ColumnReductionFusion``; small columns: ``small_column.py``).
 
 Normalised shape ``[a, b, c]`` reduced to ``[a, c]``. Blocks ``[a, ceil(c / (32·v))]`` of
 32×32 threads (thread t: ``tx = t mod 32`` picks ``v`` adjacent columns, ``ty = t div 32``
@@ -11,8 +11,12 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ..target import Target
-from .reduction_common import WARP, ReductionEmitter, ReductionKernelSpec, normalized_linear
+from ....indexing import affine as A
+from ...emitter_kind import ReductionVariant
+from ...fusion_analysis import FusionAnalysis, ReductionDimensions
+from ...target import Target
+from .emitter import WARP, ReductionEmitter, normalized_linear
+from .spec import ReductionKernelSpec, ReductionPath, VectorSizeFn
 
 
 def emit_column_kernel(target: Target, spec: ReductionKernelSpec) -> ir.Module:
@@ -59,7 +63,8 @@ def _emit_column_group(target: Target, spec: ReductionKernelSpec, e: ReductionEm
             e.write_results(vals, normalized_linear(kb, spec.rd, a, kb.index(0), c))
 
 
-def column_geometry(rd, vector_size_fn) -> dict:
+def column_geometry(rd: ReductionDimensions, vector_size_fn: VectorSizeFn,
+                    analysis: FusionAnalysis | None = None) -> dict:
     a, _, c = rd.dimensions
     v = vector_size_fn(c, WARP)
     return {"vector_size": v, "threads": WARP * WARP, "blocks": [a, -(-c // (WARP * v))],
@@ -70,7 +75,6 @@ def column_walks(spec: ReductionKernelSpec):
     """The column kernel's thread -> normalised-position description (as
     ``emit_column_kernel``): ``(input linear L, symbol ranges [row loop, vector],
     constraints)`` and ``(output linear L with b = 0, [vector], writing-thread constraints)``."""
-    from ...indexing import affine as A
     v = spec.geometry["vector_size"]
     _, b_n, c_n = spec.rd.dimensions
     th, a, blk = A.dim(0), A.dim(3), A.dim(4)
@@ -83,3 +87,7 @@ def column_walks(spec: ReductionKernelSpec):
     c_out = A.add(c_base, A.add(A.mul(ty, v), A.sym(0)))
     out = (A.add(A.mul(a, b_n * c_n), c_out), [(0, v - 1)], [(tx, 0, 0), (c_out, 0, c_n - 1)])
     return inp, out
+
+
+COLUMN = ReductionPath(ReductionVariant.COLUMN, column_geometry, lambda geometry: tuple(geometry["blocks"]),
+                       emit_column_kernel, column_walks)

@@ -18,8 +18,12 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ..target import Target
-from .reduction_common import WARP, ReductionEmitter, ReductionKernelSpec, normalized_linear
+from ....indexing import affine as A
+from ...emitter_kind import ReductionVariant
+from ...fusion_analysis import FusionAnalysis, ReductionDimensions, multi_row_vector_size
+from ...target import Target
+from .emitter import WARP, ReductionEmitter, normalized_linear
+from .spec import ReductionKernelSpec, ReductionPath, VectorSizeFn
 
 
 def emit_row_kernel(target: Target, spec: ReductionKernelSpec) -> ir.Module:
@@ -75,7 +79,8 @@ def _emit_row_group(target: Target, spec: ReductionKernelSpec, e: ReductionEmitt
         e.write_results(vals, normalized_linear(kb, spec.rd, kb.index(0), y, kb.index(0)))
 
 
-def row_geometry(rd, vector_size_fn) -> dict:
+def row_geometry(rd: ReductionDimensions, vector_size_fn: VectorSizeFn,
+                 analysis: FusionAnalysis | None = None) -> dict:
     """XLA's row reduction launch: reducing threads, kept-row threads, vector size, tile."""
     _, y, x = rd.dimensions
     nr = min(1024, -(-(-(-x // 16)) // WARP) * WARP)
@@ -85,11 +90,15 @@ def row_geometry(rd, vector_size_fn) -> dict:
     v = vector_size_fn(x, nr)
     tile = min(16 // v, -(-(x // v) // nr))
     blocks_x = -(-(x // v) // (tile * nr))
+    assert blocks_x == 1, (rd, nr, tile)  # race-free rows fit one block
     return {"reduce_threads": nr, "kept_threads": nk, "vector_size": v, "tile": tile,
             "threads": nr * nk, "blocks": -(-y // nk), "reduced_blocks": blocks_x}
 
 
-def multi_row_geometry(rd, v: int) -> dict:
+def multi_row_geometry(rd: ReductionDimensions, vector_size_fn: VectorSizeFn,
+                       analysis: FusionAnalysis) -> dict:
+    """XLA's ``MultiRowReductionFusion``: rows of ``x / v`` lanes, several rows per warp."""
+    v = multi_row_vector_size(rd, analysis.smallest_input_bits, analysis.smallest_output_bits, analysis.device)
     _, y, x = rd.dimensions
     nr = x // v
     nk = y if y * nr <= 256 else 256 // nr
@@ -102,7 +111,6 @@ def row_walks(spec: ReductionKernelSpec):
     """The row kernel's thread -> normalised-position description (as ``emit_row_kernel``):
     ``(input linear L, symbol ranges [z, tile, vector], constraints)`` and ``(output linear L
     with z = x = 0, [], constraints selecting the writing thread)``."""
-    from ...indexing import affine as A
     g = spec.geometry
     nr, nk, v, tile = g["reduce_threads"], g["kept_threads"], g["vector_size"], g["tile"]
     z, y_n, x_n = spec.rd.dimensions
@@ -115,3 +123,12 @@ def row_walks(spec: ReductionKernelSpec):
     inp = (linear, [(0, z - 1), (0, tile - 1), (0, v - 1)], kept + [(x, 0, x_n - 1)])
     out = (A.mul(y, x_n), [], kept + [(tx, 0, 0)])
     return inp, out
+
+
+def _one_row_of_blocks(geometry: dict) -> tuple[int, int]:
+    return geometry["blocks"], 1
+
+
+ROW = ReductionPath(ReductionVariant.ROW, row_geometry, _one_row_of_blocks, emit_row_kernel, row_walks)
+MULTI_ROW = ReductionPath(ReductionVariant.MULTI_ROW, multi_row_geometry, _one_row_of_blocks, emit_row_kernel,
+                          row_walks)

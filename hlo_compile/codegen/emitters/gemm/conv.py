@@ -1,5 +1,5 @@
 """The convolution emitter: a fusion whose root is a ``convolution`` or elementwise over one (a
-bias/activation epilogue), as an implicit GEMM on the tiled dot machinery (``dot.py``).
+bias/activation epilogue), as an implicit GEMM on the tiled GEMM of ``tiles.py``.
 
 XLA sends convolutions to cuDNN; we view one as a matrix product and reuse the tiled GEMM:
 
@@ -32,17 +32,18 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from ...hlo import HloInstruction
-from ..elemental_contraction import _acc_type
-from ..fused_emitter import FusedEmitter
-from ..fusion_analysis import conv_hero
-from ..kernel_builder import KernelBuilder
-from ..llvm_types import compute_type
-from ..partitioner import PartitionedComputation, partition
-from ..target import KernelParam, LaunchDims, Target
-from .dot import (BK, BM, BN, MAX_GRID_YZ, MIN_MN, MIN_WORK, NUM_THREADS, RM, RN, TX, TY, _delinearize,
-                  emit_tiled_mainloop, gemm_refusal, load_or_zero, store_epilogue, tiled_gemm_launch)
-from .loop import fall_back_to_loop, fusion_params, kernel_index_type
+from ....hlo import HloInstruction
+from ....indexing import affine as A
+from ....indexing.indexing_map import IndexingMap
+from ...device_info import DeviceInfo
+from ...fusion_analysis import FusionAnalysis, conv_hero
+from ...kernel import KernelSpec, open_kernel
+from ...llvm_types import compute_type
+from ...target import Target
+from ...thread_maps import expr_delinearize, work_item_map
+from .tiles import (BK, BM, BN, MAX_GRID_YZ, MIN_MN, MIN_WORK, NUM_THREADS, RM, RN, TX, TY, bounds,
+                    emit_tiled_mainloop, gemm_hero, gemm_plan, gemm_refusal, load_or_zero, output_element,
+                    staged_element, staged_slots, store_epilogue)
 
 
 @dataclass(frozen=True)
@@ -112,25 +113,58 @@ class ConvGeometry:
         return self.feature_groups * self.batch_groups
 
 
-@dataclass(frozen=True)
-class ConvKernelSpec:
-    kernel_name: str
-    fusion: HloInstruction
-    partitioned: PartitionedComputation
+@dataclass(frozen=True, kw_only=True)
+class ConvKernelSpec(KernelSpec):
     conv: HloInstruction
     root: HloInstruction
     geometry: ConvGeometry
     acc_type: str
-    launch: LaunchDims
-    index_type: ir.IntType
     static_shared_bytes: int
 
-    @property
-    def params(self) -> list[KernelParam]:
-        return fusion_params(self.fusion)
+    # ---- thread -> data maps ----------------------------------------------------------------
+    def thread_to_output_map(self, leaf: int | None = None) -> IndexingMap:
+        """``(th_x, ..., bl_z)[i, j] -> output index``: GEMM output ``(m0 + ty + 16 i, n0 + tx +
+        16 j)`` of group ``bl_z``, as (batch, output spatial) and output feature ``z·N + n``."""
+        g, dn = self.geometry, self.geometry.dn
+        m, n, ranges = output_element()
+        bb, *osp = expr_delinearize(m, g.m_dims)
+        index: list = [None] * self.conv.shape.rank
+        index[dn.output_batch_dimension] = bb
+        index[dn.output_feature_dimension] = A.add(A.mul(A.dim(5), g.N), n)
+        for s, d in enumerate(dn.output_spatial_dimensions):
+            index[d] = osp[s]
+        return work_item_map(index, self.launch, ranges, [(m, 0, g.M - 1), (n, 0, g.N - 1)])
 
-    def emit(self, target: Target) -> ir.Module:
-        return emit_conv_kernel(target, self)
+    def thread_to_input_map(self, hero: int = 0, operand: int | None = None) -> IndexingMap:
+        """``(th_x, ..., bl_z)[k step, s] -> index`` of the input (operand 0, default) or the
+        kernel that the thread stages into shared memory: element ``tid + 256 s`` of the
+        block's BM x BK (k fastest) or BK x BN (n fastest) tile, the input only where the
+        window reads a real element (not padding or a base-dilation hole). An input element
+        is read by every window that covers it, a kernel element by every block row."""
+        g, dn = self.geometry, self.geometry.dn
+        lhs = operand in (None, 0)
+        free, k, ranges = staged_element(lhs, g.K)
+        *ks, c = expr_delinearize(k, g.k_dims)
+        cons = [(free, 0, (g.M if lhs else g.N) - 1), (k, 0, g.K - 1)]
+        shape = self.conv.operands[0 if lhs else 1].shape
+        index: list = [None] * shape.rank
+        if lhs:
+            bb, *osp = expr_delinearize(free, g.m_dims)
+            for s, a in enumerate(g.axes):
+                q = A.add(A.add(A.mul(osp[s], a.stride), A.mul(ks[s], a.window_dilation)), -a.pad_low)
+                cons += [(q, 0, (a.in_size - 1) * a.base_dilation)]
+                if a.base_dilation > 1:
+                    cons.append((A.mod(q, a.base_dilation), 0, 0))
+                index[dn.input_spatial_dimensions[s]] = A.floordiv(q, a.base_dilation)
+            y, grp = A.floordiv(A.dim(5), g.feature_groups), A.mod(A.dim(5), g.feature_groups)
+            index[dn.input_batch_dimension] = A.add(A.mul(y, g.out_batch), bb)
+            index[dn.input_feature_dimension] = A.add(A.mul(grp, g.in_features), c)
+        else:
+            for s, a in enumerate(g.axes):
+                index[dn.kernel_spatial_dimensions[s]] = A.add(a.size - 1, A.mul(ks[s], -1)) if a.reversed else ks[s]
+            index[dn.kernel_input_feature_dimension] = c
+            index[dn.kernel_output_feature_dimension] = A.add(A.mul(A.dim(5), g.N), free)
+        return work_item_map(index, self.launch, ranges, cons)
 
     def report_lines(self) -> list[str]:
         g = self.geometry
@@ -152,18 +186,13 @@ class ConvKernelSpec:
                 "static_shared_bytes": self.static_shared_bytes, "index_type": str(self.index_type)}
 
 
-def plan_conv_kernel(fusion: HloInstruction, analysis, device, kernel_name: str):
-    """The implicit-GEMM plan for ``fusion``, or the loop emitter's plan with the reason."""
-    roots = analysis.roots
-    conv = conv_hero(roots)
-    why = _refusal(fusion, conv)
-    if why is not None:
-        return fall_back_to_loop(fusion, analysis, device, kernel_name, "convolution", why)
+def plan_conv_kernel(fusion: HloInstruction, analysis: FusionAnalysis, device: DeviceInfo,
+                     kernel_name: str) -> ConvKernelSpec:
+    """The implicit-GEMM plan for ``fusion``; ``Declined`` with the reason where it does not fit."""
+    conv = gemm_hero(fusion, analysis.roots, conv_hero, _refusal)
     g = ConvGeometry.of(conv)
-    acc = _acc_type(conv.shape.element_type)
-    launch, shared = tiled_gemm_launch(g.M, g.N, g.Z, acc)
-    return ConvKernelSpec(kernel_name, fusion, partition(fusion.fused_computation), conv, roots[0], g, acc,
-                          launch, kernel_index_type(fusion, launch), shared)
+    return ConvKernelSpec(conv=conv, geometry=g,
+                          **gemm_plan(fusion, kernel_name, conv, analysis.roots[0], g.M, g.N, g.Z))
 
 
 def _refusal(fusion: HloInstruction, conv: HloInstruction | None) -> str | None:
@@ -189,14 +218,9 @@ def emit_conv_kernel(target: Target, spec: ConvKernelSpec) -> ir.Module:
     conv = spec.conv
     lhs, rhs = conv.operands
     acc_et = spec.acc_type
-    module = target.new_module(spec.kernel_name)
-    kf = target.begin_kernel(module, spec.kernel_name, spec.params)
-    kb = KernelBuilder(kf.builder, target, spec.index_type)
-    b = kb.b
-    n_in = len(spec.fusion.fused_computation.parameters)
-    fe = FusedEmitter(target, module, spec.kernel_name, spec.partitioned, spec.index_type, inline=True)
-    fe.bind(kb, kf.args[:n_in])
-    out_ptr = kf.args[n_in]
+    kernel = open_kernel(target, spec, inline=True)
+    kb, b, fe = kernel.kb, kernel.b, kernel.fe
+    out_ptr = kernel.outputs[0]
     I = kb.index
     tx, ty = kb.thread_id(0), kb.thread_id(1)
     tid = b.add(tx, b.mul(ty, I(TX)))
@@ -215,8 +239,8 @@ def emit_conv_kernel(target: Target, spec: ConvKernelSpec) -> ir.Module:
 
     def lhs_element(m, k) -> tuple[list, list]:
         """(index, conditions) of the input element at GEMM (m, k)."""
-        bb, *osp = _delinearize(kb, m, g.m_dims)
-        *ks, c = _delinearize(kb, k, g.k_dims)
+        bb, *osp = kb.delinearize(m, g.m_dims)
+        *ks, c = kb.delinearize(k, g.k_dims)
         index: list = [None] * lhs.shape.rank
         conds: list = []
         for s, a in enumerate(g.axes):
@@ -237,7 +261,7 @@ def emit_conv_kernel(target: Target, spec: ConvKernelSpec) -> ir.Module:
         return index, conds
 
     def rhs_element(k, n) -> list:
-        *ks, c = _delinearize(kb, k, g.k_dims)
+        *ks, c = kb.delinearize(k, g.k_dims)
         index: list = [None] * rhs.shape.rank
         for s, a in enumerate(g.axes):
             index[dn.kernel_spatial_dimensions[s]] = b.sub(I(a.size - 1), ks[s]) if a.reversed else ks[s]
@@ -250,33 +274,20 @@ def emit_conv_kernel(target: Target, spec: ConvKernelSpec) -> ir.Module:
 
     def stage(step, a_tile, a_offset, b_tile, b_offset):
         k0 = b.mul(step, I(BK))
-        # lhs tile: BM x BK, k fastest among consecutive threads
-        for s in range(BM * BK // NUM_THREADS):
-            lin = b.add(tid, I(s * NUM_THREADS))
-            kk, mm = b.urem(lin, I(BK)), b.udiv(lin, I(BK))
-            m, k = b.add(m0, mm), b.add(k0, kk)
-            conds = ([b.icmp_unsigned("<", m, I(g.M))] if g.M % BM else []) + \
-                    ([b.icmp_unsigned("<", k, I(g.K))] if g.K % BK else [])
+        for mm, kk, m, k, conds in staged_slots(kb, tid, True, m0, k0, g.M, g.K):
             index, window_conds = lhs_element(m, k)
             store(a_tile, a_offset(mm, kk), load_or_zero(kb, fe, lhs, index, conds + window_conds, acc_et, zero))
-        # rhs tile: BK x BN, n fastest
-        for s in range(BN * BK // NUM_THREADS):
-            lin = b.add(tid, I(s * NUM_THREADS))
-            nn, kk = b.urem(lin, I(BN)), b.udiv(lin, I(BN))
-            n, k = b.add(n0, nn), b.add(k0, kk)
-            conds = ([b.icmp_unsigned("<", n, I(g.N))] if g.N % BN else []) + \
-                    ([b.icmp_unsigned("<", k, I(g.K))] if g.K % BK else [])
+        for nn, kk, n, k, conds in staged_slots(kb, tid, False, n0, k0, g.N, g.K):
             store(b_tile, b_offset(kk, nn), load_or_zero(kb, fe, rhs, rhs_element(k, n), conds, acc_et, zero))
 
-    slots = emit_tiled_mainloop(target, kb, module, fe, acc_et, -(-g.K // BK), tx, ty, stage)
+    slots = emit_tiled_mainloop(target, kb, kernel.module, fe, acc_et, -(-g.K // BK), tx, ty, stage)
 
     def point(i, j):
         m, n = b.add(m0, b.add(ty, I(TY * i))), b.add(n0, b.add(tx, I(TX * j)))
-        conds = ([b.icmp_unsigned("<", m, I(g.M))] if g.M % BM else []) + \
-                ([b.icmp_unsigned("<", n, I(g.N))] if g.N % BN else [])
+        conds = bounds(kb, (m, g.M, BM), (n, g.N, BN))
 
         def index_fn():
-            bb, *osp = _delinearize(kb, m, g.m_dims)
+            bb, *osp = kb.delinearize(m, g.m_dims)
             index: list = [None] * conv.shape.rank
             index[dn.output_batch_dimension] = bb
             index[dn.output_feature_dimension] = b.add(o0, n) if g.Z > 1 else n
@@ -286,5 +297,4 @@ def emit_conv_kernel(target: Target, spec: ConvKernelSpec) -> ir.Module:
         return conds, index_fn, slots[i][j]
 
     store_epilogue(kb, fe, conv, spec.root, acc_et, out_ptr, [point(i, j) for i in range(RM) for j in range(RN)])
-    target.end_kernel(b)
-    return module
+    return kernel.finish()

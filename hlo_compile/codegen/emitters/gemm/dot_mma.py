@@ -1,6 +1,6 @@
 """The tensor-core path of the dot emitter: warp-level ``mma.sync.aligned.m16n8k16`` (sm_80+).
 
-Chosen at ``DotKernelSpec.emit(target)`` time (``use_tensor_cores``) where
+Chosen when the kernel is emitted (``use_tensor_cores``, ``dot.py``'s ``PATHS``) where
 ``target.has_tensor_cores()``: off by default (``CompileOptions.dot_tensor_cores``, which the
 pipeline/runtime gives the GPU target it creates). It keeps the tiled path's grid, 256-thread
 block, 64 × 64 block tile, K steps of 16, operand staging (through the ``FusedEmitter``:
@@ -35,88 +35,25 @@ Layouts (PTX ISA, "Matrix fragments for mma.m16n8k16 with floating point type" a
 - mma C/D (16 × 8, f32): c0 = D[g][2t], c1 = D[g][2t+1], c2 = D[g+8][2t], c3 = D[g+8][2t+1]
   (``acc_position``).
 
-The index maps below are plain functions of ``lane``/``warp``; the emitter evaluates them on
-IR values (``_Ix``) and ``tests/test_dot_mma.py`` on integers in a numpy model of ``ldmatrix``
-and ``mma``, so the model checks the very arithmetic the kernel runs.
+The index maps (``mma_layout.py``) are plain functions of ``lane``/``warp``; the emitter
+evaluates them on IR values (``_Ix``) and ``tests/test_dot_mma.py`` on integers in a numpy
+model of ``ldmatrix`` and ``mma``, so the model checks the very arithmetic the kernel runs.
 """
 from __future__ import annotations
 
 from llvmlite import ir
 
-from ..llvm_types import BFLOAT, F16, F32, compute_type
-from ..target import Target
-from .dot import BK, BM, BN, NUM_THREADS, DotKernelEmission, DotKernelSpec
-
-MMA_M, MMA_N, MMA_K = 16, 8, 16
-WARP_SIZE = 32
-NUM_WARPS = NUM_THREADS // WARP_SIZE          # 8
-WARPS_M, WARPS_N = 2, 4
-WM, WN = BM // WARPS_M, BN // WARPS_N         # 32 x 16 outputs per warp
-TILES_M, TILES_N = WM // MMA_M, WN // MMA_N   # 2 x 2 mma tiles per warp
-SMEM_STRIDE = BK + 8                          # padded K-contiguous rows (elements)
-MMA_TYPES = ("f16", "bf16")
-MMA_SHARED_BYTES = (BM + BN) * SMEM_STRIDE * 2
-
-assert NUM_WARPS == WARPS_M * WARPS_N and BK == MMA_K and WM % MMA_M == 0 and WN == 2 * MMA_N
-
-# ---- choosing the path ---------------------------------------------------------------------------
-
-def tensor_core_refusal(spec: DotKernelSpec) -> str | None:
-    """Why ``spec`` cannot use tensor cores on any target (None: it can, where the target has them)."""
-    types = [o.shape.element_type for o in spec.dot.operands]
-    if types[0] != types[1] or types[0] not in MMA_TYPES:
-        return f"operands {types[0]} x {types[1]} (tensor cores need both f16 or both bf16)"
-    if spec.acc_type != "f32":
-        return f"accumulation in {spec.acc_type}, not f32"
-    return None
+from ...llvm_types import BFLOAT, F16, F32, compute_type
+from ...target import Target
+from .dot_spec import DotKernelSpec
+from .dot_tiled import DotKernelEmission
+from .mma_layout import (MMA_M, MMA_N, SMEM_STRIDE, TILES_M, TILES_N, WARP_SIZE, a_ldmatrix_source, acc_position,
+                         b_ldmatrix_source, smem_offset, warp_origin)
+from .tiles import BK, BM, BN
 
 
 def use_tensor_cores(target: Target, spec: DotKernelSpec) -> bool:
-    return target.has_tensor_cores() and tensor_core_refusal(spec) is None
-
-
-def mma_shared_line(spec: DotKernelSpec) -> str:
-    et = spec.dot.operands[0].shape.element_type
-    return (f"shared tiles {BM}x{SMEM_STRIDE} + {BN}x{SMEM_STRIDE} {et} (K-contiguous, rows padded to "
-            f"{SMEM_STRIDE}): {MMA_SHARED_BYTES} B static, index type {spec.index_type}")
-
-
-def mma_report_line(spec: DotKernelSpec) -> str:
-    why = tensor_core_refusal(spec)
-    if why is not None:
-        return f"tensor cores: not eligible ({why})"
-    et = spec.dot.operands[0].shape.element_type
-    return (f"tensor cores: eligible (mma.sync m16n8k16 {et} -> f32, {WARPS_M}x{WARPS_N} warps of "
-            f"{WM}x{WN}) on sm_80+ with dot_tensor_cores")
-
-
-# ---- index maps (ints in the model test, IR values in the kernel) ---------------------------------
-
-def warp_origin(warp):
-    """Block-tile (row, column) of warp ``warp``'s WM x WN output tile."""
-    return (warp // WARPS_N) * WM, (warp % WARPS_N) * WN
-
-
-def smem_offset(row, k):
-    """Element offset of (row, k) in a K-contiguous padded shared tile."""
-    return row * SMEM_STRIDE + k
-
-
-def a_ldmatrix_source(lane, warp_m0, tm):
-    """(m, k) in the lhs tile of the 8-element row ``lane`` addresses for the ``ldmatrix.x4``
-    of the warp's mma row tile ``tm``."""
-    return warp_m0 + tm * MMA_M + lane % 16, (lane // 16) * 8
-
-
-def b_ldmatrix_source(lane, warp_n0):
-    """(n, k) in the rhs (Bᵀ) tile of the row ``lane`` addresses for the warp's one
-    ``ldmatrix.x4`` (both 16 x 8 tiles)."""
-    return warp_n0 + (lane // 16) * 8 + lane % 8, ((lane // 8) % 2) * 8
-
-
-def acc_position(lane, r):
-    """(row, column) in the 16 x 8 mma tile of accumulator ``r`` (0..3) of ``lane``."""
-    return lane // 4 + 8 * (r // 2), 2 * (lane % 4) + r % 2
+    return target.has_tensor_cores() and spec.tensor_core_refusal is None
 
 
 class _Ix:

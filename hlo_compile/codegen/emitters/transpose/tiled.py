@@ -27,74 +27,50 @@ A fusion whose hero is a transpose is emitted in two phases over a tile of the h
   element back, inject it as the hero's value (``FusedEmitter.inject``) and compute and store
   every root through the epilogue, coalesced.
 
-Normalised ↔ real indices: ``transpose_description`` only accepts heroes whose operand and
-output have default (row-major) layouts, so the normalised and the real shapes share their
-row-major linear index; a root reached from its hero through intermediate ops (elementwise
-keeping the layout, bitcasts) shares the hero's physical offset. Both are plain
-(de)linearisations. Anything else (sub-byte types, tiled root layouts, layout-changing
-elementwise ops between hero and root, tuple roots) is refused: ``plan_transpose_kernel``
-then hands the fusion to the loop emitter and says so. When XLA picks the packed variant
-(§b.4, ``transpose_description(...).packed``) ``transpose_packed.py`` emits it; if its own
-checks fail the tiled algorithm takes the fusion (reported as such).
+The planner (``transpose/__init__.py``) refuses what this algorithm cannot emit (sub-byte
+types, tiled root layouts, layout-changing elementwise ops between hero and root, tuple
+roots: the loop emitter then takes the fusion and says so) and runs the variant XLA chose;
+when the packed variant (``packed.py``) cannot take a fusion, this one does, reported as such.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 from llvmlite import ir
 
-from ...hlo import HloInstruction
-from ...hlo.shape import Shape
-from ..fused_emitter import FusedEmitter, from_storage, to_storage
-from ..fusion_analysis import bits_of, is_elementwise, transpose_description
-from ..kernel_builder import KernelBuilder
-from ..llvm_types import storage_type
-from ..partitioner import PartitionedComputation, partition
-from ..target import KernelParam, LaunchDims, Target
-from .loop import fall_back_to_loop, fusion_params, kernel_index_type, output_leaves
-from .transpose_tiling import (MAX_BLOCKS, NO_WRAP, NUM_THREADS, TILE, Guarded, TransposeTiling, VectorLoads,
-                               delinearize, delinearize_order, element_pointer, expr_delinearize,
-                               expr_linearize, linearize, maps_report_lines, reshape_index, thread_map)
+from ....hlo import HloInstruction
+from ....indexing import affine as A
+from ....indexing.indexing_map import IndexingMap
+from ...device_info import DeviceInfo
+from ...emitter_kind import TransposeVariant
+from ...fusion_analysis import FusionAnalysis, bits_of
+from ...kernel import KernelSpec, kernel_index_type, open_kernel
+from ...kernel_builder import NO_WRAP
+from ...llvm_types import from_storage, storage_type, to_storage
+from ...partitioner import partition
+from ...target import LaunchDims, Target
+from ...thread_maps import expr_delinearize, expr_linearize, work_item_map
+from .common import (OutputLeaf, VectorLoads, leaf_value, maps_report_lines, reshape_index, store_value,
+                     to_operand_order)
+from .tiling import NUM_THREADS, TILE, TransposeTiling
 
 
-# ---- the plan --------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class OutputLeaf:
-    root: HloInstruction
-    shape: Shape
-    hero: HloInstruction | None     # the transpose hero (phase 2), or None: side output (phase 1)
-
-
-@dataclass(frozen=True)
-class TransposeKernelSpec:
-    kernel_name: str
-    fusion: HloInstruction
-    partitioned: PartitionedComputation
+@dataclass(frozen=True, kw_only=True)
+class TransposeKernelSpec(KernelSpec):
     tiling: TransposeTiling
     heroes: tuple[HloInstruction, ...]   # distinct transpose heroes, one shared tile each
     leaves: tuple[OutputLeaf, ...]
-    launch: LaunchDims
-    index_type: ir.IntType
-    variant: str
+    variant: TransposeVariant            # XLA's choice
     static_shared_bytes: int
     fallback: str = ""                   # why a "packed" fusion is emitted with the tiled algorithm
-
-    @property
-    def params(self) -> list[KernelParam]:
-        return fusion_params(self.fusion)
-
-    def emit(self, target: Target) -> ir.Module:
-        return emit_transpose_kernel(target, self)
+    path: ClassVar[TransposeVariant] = TransposeVariant.TILED   # the algorithm that emits it
 
     # ---- thread -> data maps (XLA's indexing of the transpose emitter, notes §b.4) ------------
     def _tile_walk(self, phase: int):
         """The normalised index a thread handles at loop turn ``s0`` in ``phase`` (1: operand
         order, 2: output order), with the constraints of its guard: the description both maps
-        share, mirroring ``emit_transpose_kernel.tile_loop``."""
-        from ...indexing import affine as A
+        share, mirroring ``emit_tiled_transpose``'s ``tile_loop``."""
         t = self.tiling
         th, bl, s0 = A.dim(0), A.dim(3), A.sym(0)
         block = expr_delinearize(bl, t.block_counts)
@@ -113,18 +89,20 @@ class TransposeKernelSpec:
         cons += [(i, 0, d - 1) for i, d in zip(index, dims)]
         return index, ranges, cons
 
-    def thread_to_input_map(self, hero: int = 0):
+    def thread_to_input_map(self, hero: int = 0, operand: int | None = None) -> IndexingMap | None:
         """``(th_x, th_y, th_z, bl_x, bl_y, bl_z)[s0(, s1)] -> operand index`` of phase 1 (the
         hero's operand, real shape; s0 = loop turn, s1 = vector element when v > 1)."""
+        if operand not in (None, 0):
+            return None
         t = self.tiling
-        operand = self.heroes[hero].operands[0].shape
+        shape = self.heroes[hero].operands[0].shape
         index, ranges, cons = self._tile_walk(1)
-        real = expr_delinearize(expr_linearize(index, t.dims), operand.dimensions)
-        return thread_map(real, self.launch, ranges, cons)
+        real = expr_delinearize(expr_linearize(index, t.dims), shape.dimensions)
+        return work_item_map(real, self.launch, ranges, cons)
 
-    def thread_to_output_map(self, leaf: int | None = None):
+    def thread_to_output_map(self, leaf: int | None = None) -> IndexingMap:
         """``(th_x, ..., bl_z)[s0] -> index`` of the output ``leaf`` written in phase 2 (default:
-        the first leaf with a transpose hero), through its layout as ``_store_leaf`` writes it."""
+        the first leaf with a transpose hero), through its layout as ``store_value`` writes it."""
         t = self.tiling
         if leaf is None:
             leaf = next(i for i, l in enumerate(self.leaves) if l.hero is not None)
@@ -132,13 +110,13 @@ class TransposeKernelSpec:
         index, ranges, cons = self._tile_walk(2 if self.leaves[leaf].hero is not None else 1)
         dims = t.out_dims if self.leaves[leaf].hero is not None else t.dims
         real = expr_delinearize(expr_linearize(index, dims), shape.dimensions, shape.minor_to_major)
-        return thread_map(real, self.launch, ranges, cons)
+        return work_item_map(real, self.launch, ranges, cons)
 
     def report_lines(self) -> list[str]:
         t = self.tiling
         x = "x".join
         kind = self.variant + (" (emitted with the tiled algorithm: " + self.fallback + ")"
-                               if self.variant == "packed" else "")
+                               if self.variant == TransposeVariant.PACKED else "")
         lines = [f"transpose {kind}: normalised [{', '.join(map(str, t.dims))}] -> "
                  f"[{', '.join(map(str, t.out_dims))}], permutation {{{','.join(map(str, t.perm))}}}",
                  f"tile {x(map(str, t.tile))} ({NUM_THREADS} threads, {t.iterations} per thread and phase, "
@@ -152,36 +130,25 @@ class TransposeKernelSpec:
     def summary_fields(self) -> dict:
         out = {"tile": list(self.tiling.tile), "threads_per_block": NUM_THREADS, "vector_size": self.tiling.vector,
                "static_shared_bytes": self.static_shared_bytes, "index_type": str(self.index_type)}
-        if self.variant == "packed":   # XLA's choice, emitted with the tiled algorithm
-            out.update(variant="tiled", xla_variant="packed")
+        if self.variant == TransposeVariant.PACKED:   # XLA's choice, emitted with the tiled algorithm
+            out.update(variant=TransposeVariant.TILED, xla_variant=TransposeVariant.PACKED)
         return out
 
 
-def plan_transpose_kernel(fusion: HloInstruction, analysis, device, kernel_name: str):
-    """The tiled transpose plan for ``fusion``, or the loop emitter's plan with the reason."""
-    why = _refusal(fusion, analysis)
-    if why is not None:
-        return fall_back_to_loop(fusion, analysis, device, kernel_name, "transpose", why)
+def plan_tiled_transpose(fusion: HloInstruction, analysis: FusionAnalysis, device: DeviceInfo, kernel_name: str,
+                         heroes: Sequence[HloInstruction], leaves: Sequence[OutputLeaf],
+                         declined: str = "") -> TransposeKernelSpec:
+    """The tiled plan; ``declined`` says why the packed variant XLA chose did not take it."""
     desc = analysis.transpose
-    leaves, heroes = [], []
-    for (root, shape), hero in zip(output_leaves(fusion), _hero_per_leaf(analysis)):
-        if hero is not None and hero not in heroes:
-            heroes.append(hero)
-        leaves.append(OutputLeaf(root, shape, hero))
-    fallback = ""
-    if desc.packed:
-        from .transpose_packed import plan_packed_transpose
-        packed = plan_packed_transpose(fusion, analysis, kernel_name, tuple(heroes), tuple(leaves))
-        if not isinstance(packed, str):
-            return packed
-        fallback = packed
     tiling = TransposeTiling.for_transpose(desc.operand_dimensions, desc.permutation,
                                            _vector_size(desc, heroes, device))
     launch = LaunchDims((tiling.num_blocks, 1, 1), (NUM_THREADS, 1, 1), 0)
     shared = sum(-(-tiling.shmem_elements * _bytes(h) // 16) * 16 for h in heroes)
-    return TransposeKernelSpec(kernel_name, fusion, partition(fusion.fused_computation), tiling, tuple(heroes),
-                               tuple(leaves), launch, kernel_index_type(fusion, launch), analysis.variant or "tiled",
-                               shared, fallback)
+    return TransposeKernelSpec(name=kernel_name, fusion=fusion, partitioned=partition(fusion.fused_computation),
+                               tiling=tiling, heroes=tuple(heroes), leaves=tuple(leaves), launch=launch,
+                               index_type=kernel_index_type(fusion, launch),
+                               variant=analysis.variant or TransposeVariant.TILED, static_shared_bytes=shared,
+                               fallback=declined)
 
 
 MAX_VECTOR_BYTES = 4   # CUDA: vectorise up to 4 bytes per thread access (ROCm: 16)
@@ -212,91 +179,22 @@ def _bytes(hero: HloInstruction) -> int:
     return bits_of(hero.shape.element_type) // 8
 
 
-def _hero_per_leaf(analysis) -> list[HloInstruction | None]:
-    heroes = {id(r): h for r, h in zip(analysis.roots, analysis.heroes)}
-    out = []
-    for root, _ in output_leaves(analysis.fusion):
-        h = heroes.get(id(root))
-        out.append(h if h is not None and h.opcode == "transpose" and _same_transpose(h, analysis) else None)
-    return out
-
-
-def _same_transpose(hero: HloInstruction, analysis) -> bool:
-    d = transpose_description(hero)
-    return d is not None and d.equivalent(analysis.transpose)
-
-
-def _refusal(fusion: HloInstruction, analysis) -> str | None:
-    """Why the tiled emitter cannot take this fusion, or None."""
-    desc = analysis.transpose
-    if desc is None:
-        return "no transpose description"
-    if desc.bits < 8:
-        return f"{desc.bits}-bit elements (sub-byte storage)"
-    tiling = TransposeTiling.for_transpose(desc.operand_dimensions, desc.permutation)
-    if tiling.num_blocks > MAX_BLOCKS:
-        return f"{tiling.num_blocks} blocks"
-    in_count = math.prod(desc.operand_dimensions)
-    for (root, shape), hero in zip(output_leaves(fusion), _hero_per_leaf(analysis)):
-        if root.shape.is_tuple:
-            return f"tuple-shaped root %{root.name}"
-        if shape.layout is not None and shape.layout.tiles:
-            return f"tiled layout of root %{root.name}"
-        if shape.element_count() != in_count:
-            return f"root %{root.name} has {shape.element_count()} elements, the transpose {in_count}"
-        if hero is not None and not _keeps_offsets(root, hero):
-            return f"an op between %{hero.name} and root %{root.name} changes the layout"
-    return None
-
-
-def _keeps_offsets(root: HloInstruction, hero: HloInstruction) -> bool:
-    """Whether every elementwise op on the paths from ``hero`` to ``root`` keeps its operand's
-    layout (bitcasts keep offsets by definition), so the root's physical offset is the hero's."""
-    below, stack = set(), list(hero.users)
-    while stack:
-        x = stack.pop()
-        if id(x) not in below:
-            below.add(id(x))
-            stack.extend(x.users)
-    if root is not hero and id(root) not in below:
-        return False
-    stack, seen = [root], set()
-    while stack:
-        inst = stack.pop()
-        if inst is hero or id(inst) in seen:
-            continue
-        seen.add(id(inst))
-        for op in inst.operands:
-            if op is not hero and id(op) not in below:
-                continue  # not on a path from the hero
-            if is_elementwise(inst) and op.shape.rank == inst.shape.rank and \
-                    tuple(op.shape.minor_to_major) != tuple(inst.shape.minor_to_major):
-                return False
-            stack.append(op)
-    return True
-
-
 # ---- emission --------------------------------------------------------------------------------
 
-def emit_transpose_kernel(target: Target, spec: TransposeKernelSpec) -> ir.Module:
-    module = target.new_module(spec.kernel_name)
-    kf = target.begin_kernel(module, spec.kernel_name, spec.params)
-    kb = KernelBuilder(kf.builder, target, spec.index_type)
-    b = kb.b
+def emit_tiled_transpose(target: Target, spec: TransposeKernelSpec) -> ir.Module:
+    kernel = open_kernel(target, spec, inline=True)
+    kb, b, fe = kernel.kb, kernel.b, kernel.fe
     t = spec.tiling
-    n_in = len(spec.fusion.fused_computation.parameters)
-    fe = FusedEmitter(target, module, spec.kernel_name, spec.partitioned, spec.index_type, inline=True)
-    fe.bind(kb, kf.args[:n_in])
-    out_ptrs = kf.args[n_in:]
+    out_ptrs = kernel.outputs
     tiles = {h: target.shared_array(b, f"tile.{i}", storage_type(h.shape.element_type), t.shmem_elements)
              for i, h in enumerate(spec.heroes)}
 
     tid = kb.thread_id(0)
-    block = delinearize(kb, kb.block_id(0), t.block_counts)
+    block = kb.delinearize(kb.block_id(0), t.block_counts)
     origin = [v if n == 1 else b.mul(v, kb.index(n)) for v, n in zip(block, t.tile)]
 
     def shmem_offset(tile_coord: Sequence[ir.Value]) -> ir.Value:
-        return linearize(kb, tile_coord, t.shmem_shape)
+        return kb.linearize(tile_coord, t.shmem_shape)
 
     vec = t.vector
 
@@ -309,7 +207,7 @@ def emit_transpose_kernel(target: Target, spec: TransposeKernelSpec) -> ir.Modul
             lin = b.add(b.mul(tid, kb.index(vec), flags=NO_WRAP), b.mul(k, kb.index(t.per_turn), flags=NO_WRAP),
                         flags=NO_WRAP)
             conds = [b.icmp_unsigned("<", lin, kb.index(t.tile_elements))] if t.tile_elements % t.per_turn else []
-            coord = delinearize(kb, lin, tile_dims)
+            coord = kb.delinearize(lin, tile_dims)
             index = [o if n == 1 else b.add(o, c, flags=NO_WRAP) for o, c, n in zip(base, coord, tile_dims)]
             conds += [b.icmp_unsigned("<", i, kb.index(d)) for i, d, n in zip(index, dims, tile_dims) if d % n]
             points = [(coord, index)]
@@ -317,7 +215,7 @@ def emit_transpose_kernel(target: Target, spec: TransposeKernelSpec) -> ir.Modul
                 step = kb.index(e)
                 points.append((coord[:-1] + [b.add(coord[-1], step, flags=NO_WRAP)],
                                index[:-1] + [b.add(index[-1], step, flags=NO_WRAP)]))
-            with Guarded(kb, conds), fe.scope():
+            with kb.if_all(conds), fe.scope():
                 yield points
 
     # phase 1: hero operands into shared memory (operand order), side outputs to memory. All
@@ -334,15 +232,15 @@ def emit_transpose_kernel(target: Target, spec: TransposeKernelSpec) -> ir.Modul
             stores += [(h, smem, coord, fe.value(operand, idx)) for (coord, _), idx in zip(points, indices)]
         side_values = []
         if side:
-            linears = [linearize(kb, index, t.dims) for _, index in points]
-            side_values = [(leaf, ptr, _leaf_value(kb, fe, leaf, linear, None), linear, linears[0], e)
+            linears = [kb.linearize(index, t.dims) for _, index in points]
+            side_values = [(leaf, ptr, leaf_value(kb, fe, leaf, linear, None), linear, linears[0], e)
                            for leaf, ptr in side for e, linear in enumerate(linears)]
         for h, smem, coord, v in stores:
             et = h.operands[0].shape.element_type
             b.store(to_storage(b, v, et), b.gep(smem, [shmem_offset(coord)], inbounds=True,
                                                 source_etype=storage_type(et)))
         for leaf, ptr, v, linear, first, e in side_values:
-            _store_value(kb, leaf, ptr, linear, v, first if vec > 1 else None, e)
+            store_value(kb, leaf, ptr, linear, v, first if vec > 1 else None, e)
         if loads is not None:
             loads.clear()
 
@@ -359,7 +257,7 @@ def emit_transpose_kernel(target: Target, spec: TransposeKernelSpec) -> ir.Modul
             if off is None:  # reached through ops that recomputed the index: map it back into the tile
                 norm = reshape_index(kb, index, h.shape.dimensions, t.out_dims)
                 c_out = [b.sub(v, origin[p]) if t.tile[p] != 1 else kb.index(0) for v, p in zip(norm, t.perm)]
-                off = shmem_offset(_to_operand_order(c_out, t.perm))
+                off = shmem_offset(to_operand_order(c_out, t.perm))
             ptr = b.gep(smem, [off], inbounds=True, source_etype=storage_type(et))
             return from_storage(b, b.load(ptr, typ=storage_type(et)), et)
         return value_at
@@ -372,50 +270,16 @@ def emit_transpose_kernel(target: Target, spec: TransposeKernelSpec) -> ir.Modul
         pending = []
         first = None
         for e, (c_out, out_index) in enumerate(points):
-            off = shmem_offset(_to_operand_order(c_out, t.perm))
+            off = shmem_offset(to_operand_order(c_out, t.perm))
             hero_index = {}
             for h in spec.heroes:
                 hero_index[h] = reshape_index(kb, out_index, t.out_dims, h.shape.dimensions)
                 current[(h, tuple(id(x) for x in hero_index[h]))] = off
-            linear = linearize(kb, out_index, t.out_dims)
+            linear = kb.linearize(out_index, t.out_dims)
             first = linear if e == 0 else first
-            pending += [(leaf, ptr, _leaf_value(kb, fe, leaf, linear, hero_index[leaf.hero]), linear, e)
+            pending += [(leaf, ptr, leaf_value(kb, fe, leaf, linear, hero_index[leaf.hero]), linear, e)
                         for leaf, ptr in transposed]
         for leaf, ptr, v, linear, e in pending:
-            _store_value(kb, leaf, ptr, linear, v, first if vec > 1 else None, e)
+            store_value(kb, leaf, ptr, linear, v, first if vec > 1 else None, e)
         current.clear()
-    target.end_kernel(b)
-    return module
-
-
-def _to_operand_order(c_out: Sequence[ir.Value], perm: Sequence[int]) -> list[ir.Value]:
-    c_in: list = [None] * len(perm)
-    for i, p in enumerate(perm):
-        c_in[p] = c_out[i]
-    return c_in
-
-
-def _leaf_value(kb: KernelBuilder, fe: FusedEmitter, leaf: OutputLeaf, linear: ir.Value,
-                hero_index: list[ir.Value] | None):
-    """``leaf``'s root at physical offset ``linear`` (the hero's)."""
-    shape = leaf.shape
-    default = tuple(shape.minor_to_major) == tuple(range(shape.rank - 1, -1, -1))
-    if hero_index is not None and default and tuple(shape.dimensions) == tuple(leaf.hero.shape.dimensions):
-        index = hero_index
-    else:
-        index = delinearize_order(kb, linear, shape.dimensions, shape.minor_to_major)
-    return fe.root_value(leaf.root, index)
-
-
-def _store_value(kb: KernelBuilder, leaf: OutputLeaf, ptr: ir.Value, linear: ir.Value, v,
-                 first: ir.Value | None = None, e: int = 0) -> None:
-    """Store ``v`` at offset ``linear``; ``first``/``e``: element e of a vector (``linear =
-    first + e``), addressed from element 0's pointer (vector stores)."""
-    b, et = kb.b, leaf.shape.element_type
-    b.store(to_storage(b, v, et), element_pointer(kb, ptr, storage_type(et), linear, first, e))
-
-
-def _store_leaf(kb: KernelBuilder, fe: FusedEmitter, leaf: OutputLeaf, ptr: ir.Value, linear: ir.Value,
-                hero_index: list[ir.Value] | None) -> None:
-    """Compute ``leaf``'s root at physical offset ``linear`` (the hero's) and store it there."""
-    _store_value(kb, leaf, ptr, linear, _leaf_value(kb, fe, leaf, linear, hero_index))
+    return kernel.finish()

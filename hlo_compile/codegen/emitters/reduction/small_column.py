@@ -20,13 +20,18 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ..target import Target
-from .reduction_common import WARP, ReductionEmitter, ReductionKernelSpec
+from ....indexing import affine as A
+from ...emitter_kind import ReductionVariant
+from ...fusion_analysis import FusionAnalysis, ReductionDimensions
+from ...target import Target
+from .emitter import WARP, ReductionEmitter
+from .spec import ReductionKernelSpec, ReductionPath, VectorSizeFn
 
 THREADS = 128
 
 
-def small_column_geometry(rd, vector_size_fn) -> dict:
+def small_column_geometry(rd: ReductionDimensions, vector_size_fn: VectorSizeFn,
+                          analysis: FusionAnalysis | None = None) -> dict:
     """XLA's ``SmallColumnReductionFusion`` parameters (threads, vector size, shared rows,
     loop trip count, shared-tile padding)."""
     a, b, c = rd.dimensions
@@ -92,7 +97,6 @@ def small_column_walks(spec: ReductionKernelSpec):
     ``SmallColumnReductionFusion`` input/output indexing): ``(input linear L, symbol ranges
     [loop, vector], constraints)`` and ``(output linear L with b = 0, [vector],
     writing-thread constraints)``."""
-    from ...indexing import affine as A
     g = spec.geometry
     v, n_threads, rows, loops = g["vector_size"], g["threads"], g["shared_rows"], g["loop_size"]
     _, b_n, c_n = spec.rd.dimensions
@@ -102,3 +106,7 @@ def small_column_walks(spec: ReductionKernelSpec):
     col = A.floordiv(A.add(th, A.mul(A.sym(0), n_threads)), rows)
     out = (A.add(A.mul(a, b_n * c_n), col), [(0, v - 1)], [(A.mod(th, rows), 0, 0), (col, 0, c_n - 1)])
     return inp, out
+
+
+SMALL_COLUMN = ReductionPath(ReductionVariant.SMALL_COLUMN, small_column_geometry,
+                             lambda geometry: (geometry["blocks"], 1), emit_small_column_kernel, small_column_walks)

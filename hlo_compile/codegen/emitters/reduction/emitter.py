@@ -1,182 +1,37 @@
-"""What the row and column reduction emitters share (notes/xla.md §b.5).
+"""The state of one reduction kernel, shared by the row, multi-row, column and small-column paths.
 
-A reduction fusion is viewed through its hero's normalised shape ``[d0, d1, d2]`` in the
-operand's *physical* order (``reduction_dimensions``): row ``[z reduced, y kept, x reduced]``,
-column ``[a kept, b reduced, c kept]``. A point of that shape has the linear index
-``L = (i0·d1 + i1)·d2 + i2`` in the operand's minor-to-major order; delinearising ``L`` over
-any array of the same element count (each hero's operand, each side output) gives that
-array's logical index. The same trick maps a reduced (kept-coordinates) point to the
-hero's output index.
-
-``ReductionEmitter`` holds one kernel's state: per-thread accumulators (one per reducer
-leaf per hero), the accumulate step (prologue fused through ``FusedEmitter.value``; side
-outputs written at the same point), the warp shuffle tree (wide values as 32-bit pieces)
-and the epilogue write (heroes injected into the fused computation).
-
-Disjoint reduction groups (XLA's ``GroupDisjointReductions``): roots whose computations share
-no operand (broadcast constants and scalars aside) are reduced by different blocks, the
-group being ``blockIdx.z``; ``emit_groups`` emits one variant body per group under
-``if bl_z == g`` (uniform per block, so the barriers inside are reached by every thread of
-the block) with the emitter's active heroes/roots set to that group's.
+``ReductionEmitter`` holds per-thread accumulators (one per reducer leaf per hero), the
+accumulate step (prologue fused through ``FusedEmitter.value``; side outputs written at the
+same point), the warp shuffle tree (wide values as 32-bit pieces) and the epilogue write
+(heroes injected into the fused computation). ``emit_groups`` emits one path body per
+disjoint reduction group under ``if bl_z == g`` (uniform per block, so the barriers inside are
+reached by every thread of the block) with the active heroes/roots set to that group's.
+Positions are normalised (``spec.py``): a physical linear position, delinearised over the
+shape read or written.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
 from typing import Sequence
 
 from llvmlite import ir
 
-from ...hlo import HloInstruction
-from ..elemental_ops import emit_call_computation
-from ..fused_emitter import FusedEmitter, from_storage, to_storage
-from ..fusion_analysis import ReductionDimensions
-from ..kernel_builder import KernelBuilder
-from ..llvm_types import I32, storage_bytes, storage_type
-from ..target import LaunchDims, Target
-from .loop import fusion_params, output_leaves
+from ....hlo import HloInstruction
+from ....hlo.opcodes import ELEMENTWISE
+from ...elemental_ops import emit_call_computation
+from ...fusion_analysis import ReductionDimensions
+from ...index_op_table import INDEX_OPS
+from ...kernel import open_kernel, output_leaves
+from ...kernel_builder import NO_WRAP, KernelBuilder
+from ...llvm_types import I32, from_storage, storage_bytes, storage_type
+from ...target import Target
+from .spec import ReductionKernelSpec, array_shape, hero_of
 
 WARP = 32
 
 
-@dataclass
-class ReductionKernelSpec:
-    """One reduction kernel: the fusion, its heroes and the launch geometry."""
-
-    kernel_name: str
-    fusion: HloInstruction
-    partitioned: object
-    variant: str                       # the code path that emits it: "row", "multi-row", "column"
-    xla_variant: str                   # what XLA would run
-    rd: ReductionDimensions
-    heroes: list[HloInstruction]       # distinct reduce heroes, in root order
-    reduce_roots: list[HloInstruction]  # roots whose hero is a reduce (written after the reduce)
-    side_roots: list[HloInstruction]   # roots written during the input loop
-    launch: LaunchDims
-    index_type: ir.IntType
-    geometry: dict = field(default_factory=dict)  # variant parameters (threads, tile, vector size)
-    notes: list[str] = field(default_factory=list)
-    # disjoint reduction groups, one per blockIdx.z: (heroes, reduce roots, side roots) each;
-    # empty means one group holding everything
-    groups: list[tuple[list, list, list]] = field(default_factory=list)
-
-    def __post_init__(self):
-        if not self.groups:
-            self.groups = [(list(self.heroes), list(self.reduce_roots), list(self.side_roots))]
-
-    @property
-    def num_groups(self) -> int:
-        return len(self.groups)
-
-    def group_of(self, inst: HloInstruction) -> int:
-        """The reduction group (``blockIdx.z``) of a hero, reduce root or side root."""
-        for g, (heroes, roots, sides) in enumerate(self.groups):
-            if any(x is inst for x in (*heroes, *roots, *sides)):
-                return g
-        raise KeyError(inst.name)
-
-    def emit(self, target: Target) -> ir.Module:
-        if self.variant == "column":
-            from .reduction_column import emit_column_kernel
-            return emit_column_kernel(target, self)
-        if self.variant == "small-column":
-            from .reduction_small_column import emit_small_column_kernel
-            return emit_small_column_kernel(target, self)
-        from .reduction_row import emit_row_kernel
-        return emit_row_kernel(target, self)
-
-    # ---- thread -> data maps (XLA's reduction indexing, notes §b.5) -----------------------------
-    def _walks(self):
-        if self.variant == "column":
-            from .reduction_column import column_walks
-            return column_walks(self)
-        if self.variant == "small-column":
-            from .reduction_small_column import small_column_walks
-            return small_column_walks(self)
-        from .reduction_row import row_walks
-        return row_walks(self)
-
-    def _group_constraint(self, inst: HloInstruction) -> list[tuple]:
-        """``bl_z in [g, g]`` for ``inst``'s group when there are several (XLA's
-        ``AddGroupIdConstraint``)."""
-        if self.num_groups == 1:
-            return []
-        from ...indexing import affine as A
-        g = self.group_of(inst)
-        return [(A.dim(5), g, g)]
-
-    def thread_to_input_map(self, hero: int = 0, operand: int = 0):
-        """``(th_x, th_y, th_z, bl_x, bl_y, bl_z)[loops..., vector] -> index`` of the hero's
-        ``operand`` that the thread folds (row symbols: z, tile, vector; column: row loop,
-        vector); the normalised position is delinearised in the operand's physical order."""
-        from .transpose_tiling import expr_delinearize, thread_map
-        (linear, ranges, cons), _ = self._walks()
-        shape = self.heroes[hero].operands[operand].shape
-        cons = list(cons) + self._group_constraint(self.heroes[hero])
-        return thread_map(expr_delinearize(linear, shape.dimensions, shape.minor_to_major), self.launch, ranges,
-                          cons)
-
-    def thread_to_output_map(self, root: int = 0):
-        """``(th_x, ..., bl_z)[vector?] -> index`` of reduce root ``root`` (first leaf of a
-        tuple) written by the thread; the constraints select the writing thread."""
-        from .transpose_tiling import expr_delinearize, expr_linearize, thread_map
-        _, (linear, ranges, cons) = self._walks()
-        r = self.reduce_roots[root]
-        hero = _hero_of(r, self.heroes)
-        op = hero.operands[0].shape
-        full = expr_delinearize(linear, op.dimensions, op.minor_to_major)
-        index = [e for d, e in enumerate(full) if d not in set(hero.dimensions)]
-        if r is not hero:
-            hs, rs = _array_shape(hero), _array_shape(r)
-            index = expr_delinearize(expr_linearize(index, hs.dimensions, hs.minor_to_major), rs.dimensions,
-                                     rs.minor_to_major)
-        return thread_map(index, self.launch, ranges, list(cons) + self._group_constraint(r))
-
-    def report_lines(self) -> list[str]:
-        geo = ", ".join(f"{k} {v}" for k, v in self.geometry.items())
-        lines = [f"reduction {self.variant} (XLA: {self.xla_variant}) over [{', '.join(map(str, self.rd.dimensions))}]"
-                 f": {geo}, index type {self.index_type}",
-                 f"heroes: {', '.join('%' + h.name for h in self.heroes)}"
-                 + (f"; side outputs: {', '.join('%' + r.name for r in self.side_roots)}" if self.side_roots else ""),
-                 f"launch: grid {tuple(self.launch.grid)}, block {tuple(self.launch.block)}; "
-                 f"{self.num_groups} reduction group{'s' if self.num_groups > 1 else ''} (blockIdx.z)"
-                 + "".join(f"; group {g}: {', '.join('%' + r.name for r in (*roots, *sides))}"
-                           for g, (_, roots, sides) in enumerate(self.groups)) * (self.num_groups > 1)]
-        lines.append(f"thread -> input (%{self.heroes[0].operands[0].name}): {self.thread_to_input_map()}")
-        lines += [f"thread -> output (%{r.name}): {self.thread_to_output_map(i)}" for i, r in enumerate(self.reduce_roots)]
-        return lines + self.notes + self.partitioned.to_text().splitlines()
-
-    def summary_fields(self) -> dict:
-        return {"reduction_path": self.variant, **{k: v for k, v in self.geometry.items()},
-                "reduction_groups": self.num_groups, "index_type": str(self.index_type)}
-
-
-# ---- index helpers ---------------------------------------------------------------------------
-
-def delinearize(kb: KernelBuilder, linear: ir.Value, shape) -> list[ir.Value]:
+def _delinearize(kb: KernelBuilder, linear: ir.Value, shape) -> list[ir.Value]:
     """Logical index of physical (minor-to-major, untiled) position ``linear`` in ``shape``."""
-    b = kb.b
-    dims = shape.dimensions
-    out: list[ir.Value] = [kb.index(0)] * len(dims)
-    stride = 1
-    total = math.prod(dims)
-    for d in shape.minor_to_major:
-        n = dims[d]
-        if n != 1:
-            q = linear if stride == 1 else b.udiv(linear, kb.index(stride))
-            out[d] = q if stride * n == total else b.urem(q, kb.index(n))
-        stride *= n
-    return out
-
-
-def linearize(kb: KernelBuilder, index: Sequence[ir.Value], shape) -> ir.Value:
-    b = kb.b
-    out, stride = kb.index(0), 1
-    for d in shape.minor_to_major:
-        if shape.dimensions[d] != 1:
-            out = b.add(out, b.mul(index[d], kb.index(stride)) if stride != 1 else index[d])
-        stride *= shape.dimensions[d]
-    return out
+    return kb.delinearize(linear, shape.dimensions, shape.minor_to_major)
 
 
 def normalized_linear(kb: KernelBuilder, rd: ReductionDimensions, i0, i1, i2) -> ir.Value:
@@ -187,7 +42,7 @@ def normalized_linear(kb: KernelBuilder, rd: ReductionDimensions, i0, i1, i2) ->
 
 def kept_index(kb: KernelBuilder, hero: HloInstruction, linear: ir.Value) -> list[ir.Value]:
     """The hero's output index for the operand position ``linear`` (reduced coordinates 0)."""
-    full = delinearize(kb, linear, hero.operands[0].shape)
+    full = _delinearize(kb, linear, hero.operands[0].shape)
     reduced = set(hero.dimensions)
     return [v for d, v in enumerate(full) if d not in reduced]
 
@@ -228,18 +83,12 @@ class ReductionEmitter:
 
     def __init__(self, target: Target, spec: ReductionKernelSpec):
         self.target, self.spec = target, spec
-        self.module = target.new_module(spec.kernel_name)
-        self.kf = target.begin_kernel(self.module, spec.kernel_name, fusion_params(spec.fusion))
-        self.kb = KernelBuilder(self.kf.builder, target, spec.index_type)
+        self.kernel = open_kernel(target, spec, inline=True)
+        self.kb, self.fe = self.kernel.kb, self.kernel.fe
         self.b = self.kb.b
-        comp = spec.fusion.fused_computation
-        n_in = len(comp.parameters)
-        self.fe = FusedEmitter(target, self.module, spec.kernel_name, spec.partitioned, spec.index_type,
-                               inline=True)
-        self.fe.bind(self.kb, self.kf.args[:n_in])
         self.out_ptrs: dict[int, list] = {}
         leaves = output_leaves(spec.fusion)
-        for (root, shape), ptr in zip(leaves, self.kf.args[n_in:]):
+        for (root, shape), ptr in zip(leaves, self.kernel.outputs):
             self.out_ptrs.setdefault(id(root), []).append((shape, ptr))
         # reducer leaves per hero: (inputs, inits, types)
         self.n_inputs = {id(h): len(h.operands) // 2 for h in spec.heroes}
@@ -279,7 +128,7 @@ class ReductionEmitter:
     def accumulate(self, accs: dict, slot: int, linear: ir.Value) -> None:
         """Fold the operand element at ``linear`` into every hero's accumulator ``slot`` and
         write the side outputs at that point (call inside a guarded scope)."""
-        self._accumulate_lanes(accs, [slot], lambda shape: [delinearize(self.kb, linear, shape)])
+        self._accumulate_lanes(accs, [slot], lambda shape: [_delinearize(self.kb, linear, shape)])
 
     def accumulate_vector(self, accs: dict, slots: Sequence[int], first: ir.Value) -> None:
         """Fold one thread's vector, the ``len(slots)`` adjacent normalised positions from
@@ -301,19 +150,19 @@ class ReductionEmitter:
                 minor = next((d for d in shape.minor_to_major if shape.dimensions[d] != 1), None)
                 if minor is not None and shape.dimensions[minor] % v == 0 and not (shape.layout and shape.layout.tiles):
                     # the vector stays in one minor row: lanes differ in the minor coordinate only
-                    idx0 = delinearize(kb, first, shape)
-                    out = [idx0] + [[b.add(x, kb.index(j), flags=("nuw", "nsw")) if d == minor else x
+                    idx0 = _delinearize(kb, first, shape)
+                    out = [idx0] + [[b.add(x, kb.index(j), flags=NO_WRAP) if d == minor else x
                                      for d, x in enumerate(idx0)] for j in range(1, v)]
                     lanes[key] = (out, True)
                 else:
-                    lanes[key] = ([delinearize(kb, b.add(first, kb.index(j)) if j else first, shape)
+                    lanes[key] = ([_delinearize(kb, b.add(first, kb.index(j)) if j else first, shape)
                                    for j in range(v)], False)
             return lanes[key][0]
 
         starts = [x for h in self.heroes for x in h.operands[:self.n_inputs[id(h)]]] + list(self.side_roots)
         for inst in starts:
-            idx = lane_indices(_array_shape(inst))
-            if lanes[_shape_key(_array_shape(inst))][1]:
+            idx = lane_indices(array_shape(inst))
+            if lanes[_shape_key(array_shape(inst))][1]:
                 for param in _same_index_parameters(inst):
                     self._vector_load(param, idx)
         self._accumulate_lanes(accs, slots, lane_indices)
@@ -410,9 +259,7 @@ class ReductionEmitter:
         v = self.fe.value(root, index)
         leaves = v if isinstance(v, list) else [v]
         for (shape, ptr), leaf in zip(self.out_ptrs[id(root)], leaves):
-            et = shape.element_type
-            dst = self.b.gep(ptr, [self.fe.offset(shape, index)], inbounds=True, source_etype=storage_type(et))
-            self.b.store(to_storage(self.b, leaf, et), dst)
+            self.fe.store(shape, ptr, index, leaf)
 
     def write_results(self, vals: dict, linear: ir.Value) -> None:
         """Write every reduce root (epilogue included) for the kept point at operand position
@@ -423,19 +270,20 @@ class ReductionEmitter:
                 v = vals[id(h)]
                 fe.injected[h] = (lambda _idx, v=v: list(v) if len(v) > 1 else v[0])
             for r in self.reduce_roots:
-                hero = _hero_of(r, self.heroes)
+                hero = hero_of(r, self.heroes)
                 hidx = kept_index(self.kb, hero, linear)
                 if r is hero:
                     idx = hidx
                 else:
-                    idx = delinearize(self.kb, linearize(self.kb, hidx, hero.shape), _array_shape(r))
+                    hs = hero.shape
+                    linear_r = self.kb.linearize(hidx, hs.dimensions, hs.minor_to_major)
+                    idx = _delinearize(self.kb, linear_r, array_shape(r))
                 self.store_root(r, idx)
             for h in self.heroes:
                 fe.injected.pop(h, None)
 
     def finish(self) -> ir.Module:
-        self.target.end_kernel(self.b)
-        return self.module
+        return self.kernel.finish()
 
 
 def _shape_key(shape) -> tuple:
@@ -446,9 +294,7 @@ def _same_index_parameters(inst: HloInstruction) -> list[HloInstruction]:
     """The fusion parameters that ``FusedEmitter.value(inst, idx)`` reads at ``idx`` itself:
     reached through elementwise ops (not the index-changing ones) with operands of
     ``inst``'s dimensions and layout."""
-    from ...hlo.opcodes import ELEMENTWISE
-    from ..index_ops import INDEX_OPS
-    key = _shape_key(_array_shape(inst))
+    key = _shape_key(array_shape(inst))
     out, seen, stack = [], set(), [inst]
     while stack:
         x = stack.pop()
@@ -460,15 +306,4 @@ def _same_index_parameters(inst: HloInstruction) -> list[HloInstruction]:
         elif x.opcode in ELEMENTWISE and x.opcode not in INDEX_OPS:
             stack.extend(x.operands)
     return out
-
-
-def _array_shape(inst: HloInstruction):
-    return inst.shape.tuple_shapes[0] if inst.shape.is_tuple else inst.shape
-
-
-def _hero_of(root: HloInstruction, heroes: list[HloInstruction]) -> HloInstruction:
-    from ..fusion_analysis import find_hero
-    h = find_hero(root)
-    assert h in heroes, (root.name, h.name)
-    return h
 

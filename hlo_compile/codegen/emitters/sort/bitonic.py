@@ -1,6 +1,6 @@
 """The bitonic sort emitter: one block sorts one row in shared memory.
 
-A ``sort`` fusion (see ``sort.py`` for the HLO semantics) whose rows fit in a block's static
+A ``sort`` fusion (see ``__init__.py`` for the HLO semantics) whose rows fit in a block's static
 shared memory is emitted as a bitonic sorting network instead of the rank sort, which costs
 O(n²) comparator calls per row. A *row* is the 1-D slice along the sort dim through one
 combination of the other dims; block ``r`` (grid x, then y past the grid's x limit) sorts row
@@ -54,19 +54,23 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import ClassVar, Iterator, Sequence
 
 from llvmlite import ir
 
-from ...hlo import HloInstruction
-from ..fused_emitter import FusedEmitter, from_storage, to_storage
-from ..kernel_builder import KernelBuilder
-from ..launch import split_grid
-from ..llvm_types import I32, UnsupportedElementType, storage_bytes, storage_type
-from ..partitioner import PartitionedComputation, partition
-from ..target import LaunchDims, Target
-from .loop import fusion_params, kernel_index_type, output_leaves
-from .sort import _as_int, _delinearize, _store, comparator_before, linear_block_id
+from ....hlo import HloInstruction
+from ....indexing import affine as A
+from ....indexing.indexing_map import IndexingMap
+from ...device_info import DeviceInfo
+from ...fused_emitter import FusedEmitter
+from ...kernel import Declined, KernelSpec, kernel_index_type, open_kernel, output_leaves
+from ...kernel_builder import KernelBuilder
+from ...launch import split_grid
+from ...llvm_types import I32, UnsupportedElementType, from_storage, storage_bytes, storage_type, to_storage
+from ...partitioner import partition
+from ...target import LaunchDims, Target
+from ...thread_maps import expr_delinearize, work_item_map
+from .common import SortAlgorithm, comparator_before, store_at_position
 
 BITONIC_MIN_ROW = 2          # shorter rows (of one element) stay with the rank kernel
 MAX_THREADS = 1024           # CUDA's limit on threads per block
@@ -74,21 +78,17 @@ SHARED_ALIGN = 16            # both targets start every shared array on a 16-byt
 POSITION_BYTES = 4           # the i32 array of original positions
 
 
-@dataclass(frozen=True)
-class BitonicSortKernelSpec:
+@dataclass(frozen=True, kw_only=True)
+class BitonicSortKernelSpec(KernelSpec):
     """A bitonic sort kernel: one block per row of a fusion whose root is a ``sort``."""
 
-    kernel_name: str
-    fusion: HloInstruction
-    partitioned: PartitionedComputation
     hero: HloInstruction            # the sort
     leaf_outputs: tuple[int, ...]   # fusion output buffer k holds hero output leaf_outputs[k]
     dims: tuple[int, ...]           # the operands' logical dims
     sort_dim: int
     padded: int                     # P: the row length rounded up to a power of two (≥ 2)
-    launch: LaunchDims
-    index_type: ir.IntType
     static_shared_bytes: int
+    algorithm: ClassVar[SortAlgorithm] = SortAlgorithm.BITONIC
 
     @property
     def row_length(self) -> int:
@@ -120,8 +120,24 @@ class BitonicSortKernelSpec:
         s = self.log2_padded
         return s * (s + 1) // 2
 
-    def emit(self, target: Target) -> ir.Module:
-        return emit_bitonic_sort_kernel(target, self)
+    # ---- thread -> data maps ----------------------------------------------------------------
+    def _slot_map(self) -> IndexingMap:
+        """Row ``bl_y · grid_x + bl_x``, slot ``th_x + s0 · threads`` of it (s0: the thread's
+        slots), as an index of the operands: where the load phase reads and, after sorting,
+        the store phase writes (the value is the element of that rank)."""
+        row = A.add(A.dim(3), A.mul(A.dim(4), self.launch.grid[0]))
+        slot = A.add(A.dim(0), A.mul(A.sym(0), self.threads))
+        outer = [d for k, d in enumerate(self.dims) if k != self.sort_dim]
+        index = expr_delinearize(row, outer)
+        index.insert(self.sort_dim, slot)
+        return work_item_map(index, self.launch, [(0, self.slots_per_thread - 1)],
+                             [(row, 0, self.rows - 1), (slot, 0, self.row_length - 1)])
+
+    def thread_to_input_map(self, hero: int = 0, operand: int | None = None) -> IndexingMap:
+        return self._slot_map()
+
+    def thread_to_output_map(self, leaf: int | None = None) -> IndexingMap:
+        return self._slot_map()
 
     def report_lines(self) -> list[str]:
         n, p = self.row_length, self.padded
@@ -139,7 +155,7 @@ class BitonicSortKernelSpec:
                 *self.partitioned.to_text().splitlines()]
 
     def summary_fields(self) -> dict:
-        return {"algorithm": "bitonic", "row_length": self.row_length, "sort_dim": self.sort_dim,
+        return {"algorithm": self.algorithm, "row_length": self.row_length, "sort_dim": self.sort_dim,
                 "tile": self.padded, "threads_per_block": self.threads, "steps": self.steps,
                 "barriers": self.steps + 1, "comparisons_per_thread": 2 * self.steps * self.pairs_per_thread,
                 "static_shared_bytes": self.static_shared_bytes, "index_type": str(self.index_type)}
@@ -159,32 +175,34 @@ def shared_bytes_for(hero: HloInstruction, padded: int) -> int:
     return sum(-(-s // SHARED_ALIGN) * SHARED_ALIGN for s in sizes)
 
 
-def plan_bitonic_sort(fusion: HloInstruction, hero: HloInstruction, leaves: tuple[int, ...],
-                      dims: tuple[int, ...], sort_dim: int, device, kernel_name: str) -> BitonicSortKernelSpec | str:
-    """The bitonic plan for a sort fusion, or why the rank sort should take it (a string)."""
+def plan_bitonic_sort(fusion: HloInstruction, device: DeviceInfo, kernel_name: str, hero: HloInstruction,
+                      leaves: tuple[int, ...], dims: tuple[int, ...], sort_dim: int,
+                      declined: str = "") -> BitonicSortKernelSpec:
+    """The bitonic plan for a sort fusion; declines (``Declined``, why the rank sort should
+    take it) where it does not fit. The first algorithm tried: nothing declined before."""
     if hero.opcode != "sort":
-        return f"{hero.opcode} uses the rank kernel"
+        raise Declined(f"{hero.opcode} uses the rank kernel")
     n = dims[sort_dim]
     if n < BITONIC_MIN_ROW:
-        return f"rows of {n} element(s): nothing to sort"
+        raise Declined(f"rows of {n} element(s): nothing to sort")
     rows = math.prod(dims) // n
     if rows == 0:
-        return "no rows"
+        raise Declined("no rows")
     padded = padded_length(n)
     try:
         shared = shared_bytes_for(hero, padded)
     except UnsupportedElementType as e:
-        return str(e)
+        raise Declined(str(e)) from None
     limit = device.shared_memory_per_block
     if shared > limit:
-        return (f"a row padded to {padded} needs {shared} B of shared memory, more than the {limit} B "
-                "of static shared memory per block")
+        raise Declined(f"a row padded to {padded} needs {shared} B of shared memory, more than the {limit} B "
+                       "of static shared memory per block")
     threads = min(padded // 2, MAX_THREADS, device.threads_per_block_limit)
     launch = LaunchDims(split_grid(rows, device, f"{rows} rows need {rows} blocks"), (threads, 1, 1))
-    return BitonicSortKernelSpec(kernel_name, fusion, partition(fusion.fused_computation), hero, leaves, dims,
-                                 sort_dim, padded, launch, kernel_index_type(fusion, launch), shared)
-
-
+    return BitonicSortKernelSpec(name=kernel_name, fusion=fusion, partitioned=partition(fusion.fused_computation),
+                                 hero=hero, leaf_outputs=leaves, dims=dims, sort_dim=sort_dim, padded=padded,
+                                 launch=launch, index_type=kernel_index_type(fusion, launch),
+                                 static_shared_bytes=shared)
 
 
 # ---- emission ------------------------------------------------------------------------------------
@@ -211,31 +229,25 @@ class _Row:
         return [o.shape.element_type for o in self.spec.hero.operands]
 
 
-def emit_bitonic_sort_kernel(target: Target, spec: BitonicSortKernelSpec) -> ir.Module:
-    module = target.new_module(spec.kernel_name)
-    kf = target.begin_kernel(module, spec.kernel_name, fusion_params(spec.fusion))
-    b = kf.builder
-    kb = KernelBuilder(b, target, spec.index_type)
-    n_in = len(spec.fusion.fused_computation.parameters)
-    fe = FusedEmitter(target, module, spec.kernel_name, spec.partitioned, spec.index_type)
-    fe.bind(kb, kf.args[:n_in])
-    outputs = [(shape, ptr) for (_, shape), ptr in zip(output_leaves(spec.fusion), kf.args[n_in:])]
+def emit_bitonic_sort(target: Target, spec: BitonicSortKernelSpec) -> ir.Module:
+    kernel = open_kernel(target, spec)
+    kb, b, fe = kernel.kb, kernel.b, kernel.fe
+    outputs = [(shape, ptr) for (_, shape), ptr in zip(output_leaves(spec.fusion), kernel.outputs)]
     arrays = [target.shared_array(b, f"sort.operand{i}", storage_type(o.shape.element_type), spec.padded)
               for i, o in enumerate(spec.hero.operands)]
     positions = target.shared_array(b, "sort.position", I32, spec.padded)
 
-    row = linear_block_id(kb, spec.launch)  # one block per row
+    row = kb.linear_block_id(spec.launch.grid)  # one block per row
     with _row_guard(kb, spec, row):   # uniform per block: the barriers inside never diverge
         outer = [d for k, d in enumerate(spec.dims) if k != spec.sort_dim]
-        index: list = _delinearize(kb, row, outer)
+        index: list = kb.delinearize(row, outer)
         index.insert(spec.sort_dim, None)
         r = _Row(kb, fe, spec, arrays, positions, index, kb.thread_id(0))
         _load_row(r)
         target.barrier(b)
         _sorting_network(r)
         _store_row(r, outputs)
-    target.end_kernel(b)
-    return module
+    return kernel.finish()
 
 
 @contextmanager
@@ -287,7 +299,7 @@ def _load_row(r: _Row) -> None:
                 with padding:
                     for et, arr in zip(ets, r.arrays):
                         b.store(ir.Constant(storage_type(et), None), _slot_pointer(kb, arr, et, s))
-        b.store(_as_int(b, s, I32), _slot_pointer(kb, r.positions, None, s))
+        b.store(kb.cast_int(s, I32), _slot_pointer(kb, r.positions, None, s))
 
 
 def _sorting_network(r: _Row) -> None:
@@ -369,6 +381,4 @@ def _store_row(r: _Row, outputs: Sequence[tuple[object, ir.Value]]) -> None:
             for (shape, ptr), which in zip(outputs, spec.leaf_outputs):
                 et = ets[which]
                 v = b.load(_slot_pointer(kb, r.arrays[which], et, s), typ=storage_type(et))
-                _store(kb, r.fe, shape, ptr, r.at(s), s, spec.sort_dim, from_storage(b, v, et))
-
-
+                store_at_position(r.fe, shape, ptr, r.at(s), s, spec.sort_dim, from_storage(b, v, et))

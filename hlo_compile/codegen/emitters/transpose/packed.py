@@ -23,28 +23,32 @@ band shift by one bank per band, so neither phase has bank conflicts.
 
 Requirements (``transpose_description``'s packed tile, ``GetPackedTransposeTileSizes``):
 ≥ 10·v populated rows and columns, B = 1, rows, columns and the last partial T2 tile
-divisible by v. ``plan_packed_transpose`` re-derives the canonical form and returns a reason
-string when it cannot emit the fusion; the tiled emitter then takes it.
+divisible by v. ``plan_packed_transpose`` re-derives the canonical form and declines
+(``Declined``) when it cannot emit the fusion; the tiled emitter then takes it.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 from llvmlite import ir
 
-from ...hlo import HloInstruction
-from ..fused_emitter import FusedEmitter, from_storage, to_storage
-from ..fusion_analysis import bits_of
-from ..kernel_builder import KernelBuilder
-from ..llvm_types import storage_type
-from ..partitioner import PartitionedComputation, partition
-from ..target import KernelParam, LaunchDims, Target
-from .loop import fusion_params, kernel_index_type
-from .transpose_tiling import (MAX_BLOCKS, NO_WRAP, NUM_THREADS, Guarded, VectorLoads, delinearize,
-                               expr_delinearize, expr_linearize, linearize, maps_report_lines, reshape_index,
-                               thread_map)
+from ....hlo import HloInstruction
+from ....indexing import affine as A
+from ....indexing.indexing_map import IndexingMap
+from ...device_info import DeviceInfo
+from ...emitter_kind import TransposeVariant
+from ...fusion_analysis import FusionAnalysis, bits_of
+from ...hero_shapes import TransposeDescription
+from ...kernel import Declined, KernelSpec, kernel_index_type, open_kernel
+from ...kernel_builder import NO_WRAP
+from ...llvm_types import from_storage, storage_type, to_storage
+from ...partitioner import partition
+from ...target import LaunchDims, Target
+from ...thread_maps import expr_delinearize, expr_linearize, work_item_map
+from .common import OutputLeaf, VectorLoads, leaf_value, maps_report_lines, reshape_index, store_value
+from .tiling import MAX_BLOCKS, NUM_THREADS
 
 NUM_BANKS = 32
 WARP = 32
@@ -167,59 +171,47 @@ class PackedTiling:
         return self.tile_t1 % self.vector == 0 and self.in_dims[self.t1_in] % self.vector == 0
 
 
-def packed_tiling(desc) -> PackedTiling | str:
-    """The packed tiling of ``desc`` (a TransposeDescription with ``packed_tile``), or why not."""
+def packed_tiling(desc: TransposeDescription) -> PackedTiling:
+    """The packed tiling of ``desc`` (a TransposeDescription with ``packed_tile``); declines
+    (``Declined``, with the reason) where there is none."""
     v = 32 // desc.bits if desc.bits and 32 % desc.bits == 0 else 0
     if v < 2:
-        return f"{desc.bits}-bit elements"
+        raise Declined(f"{desc.bits}-bit elements")
     out, cperm = PackedTiling.canonical(desc.dimensions, desc.permutation)
     tile = tuple(desc.packed_tile)
     if len(tile) != len(out) or len(out) < 3:
-        return "packed tile does not match the canonical transpose"
+        raise Declined("packed tile does not match the canonical transpose")
     t = PackedTiling(tuple(out), tuple(cperm), tile, v)
     if t.in_dims[-1] != 1:
-        return "trailing dim B is not 1"
+        raise Declined("trailing dim B is not 1")
     if t.rows < 10 * v or t.cols < 10 * v:
-        return f"{t.rows} x {t.cols} populated shared tile (< {10 * v})"
+        raise Declined(f"{t.rows} x {t.cols} populated shared tile (< {10 * v})")
     if t.rows % v or t.cols % v or t.in_dims[t.t2_in] % t.tile_t2 % v:
-        return f"tile not divisible by the vector size {v}"
+        raise Declined(f"tile not divisible by the vector size {v}")
     if t.cols > t.shmem_dim or t.rows > t.shmem_dim:
-        return "tile larger than the shared tile"
+        raise Declined("tile larger than the shared tile")
     if t.num_blocks > MAX_BLOCKS:
-        return f"{t.num_blocks} blocks"
+        raise Declined(f"{t.num_blocks} blocks")
     return t
 
 
 # ---- the plan --------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class PackedTransposeKernelSpec:
-    kernel_name: str
-    fusion: HloInstruction
-    partitioned: PartitionedComputation
+@dataclass(frozen=True, kw_only=True)
+class PackedTransposeKernelSpec(KernelSpec):
     tiling: PackedTiling
     heroes: tuple[HloInstruction, ...]   # distinct transpose heroes, one shared tile each
-    leaves: tuple                        # OutputLeaf (transpose.py)
-    launch: LaunchDims
-    index_type: ir.IntType
+    leaves: tuple[OutputLeaf, ...]
     static_shared_bytes: int
-    variant: str = "packed"
-
-    @property
-    def params(self) -> list[KernelParam]:
-        return fusion_params(self.fusion)
-
-    def emit(self, target: Target) -> ir.Module:
-        return emit_packed_transpose_kernel(target, self)
+    variant: TransposeVariant = TransposeVariant.PACKED
+    path: ClassVar[TransposeVariant] = TransposeVariant.PACKED   # the algorithm that emits it
 
     # ---- thread -> data maps (XLA's GetInputIndexing / GetOutputIndexing) --------------------
     def _ids(self):
-        from ...indexing import affine as A
         th, bl = A.dim(0), A.dim(3)
         return A.mod(th, WARP), A.floordiv(th, WARP), expr_delinearize(bl, self.tiling.block_counts)
 
     def _input_walk(self):
-        from ...indexing import affine as A
         t = self.tiling
         lane, warp, blocks = self._ids()
         in_blocks = [blocks[i] for i in t.inv]
@@ -233,19 +225,20 @@ class PackedTransposeKernelSpec:
         cons = [(col, 0, t.cols - 1), (row, 0, t.rows - 1)] + [(i, 0, d - 1) for i, d in zip(index, t.in_dims)]
         return index, [(0, t.write_iterations - 1), (0, t.vector - 1)], cons
 
-    def thread_to_input_map(self, hero: int = 0):
+    def thread_to_input_map(self, hero: int = 0, operand: int | None = None) -> IndexingMap | None:
         """``(th_x, ..., bl_z)[s0, s1] -> operand index`` of phase 1 (s0: loop turn = shared row
         band, s1: element of the lane's vector)."""
+        if operand not in (None, 0):
+            return None
         index, ranges, cons = self._input_walk()
         operand = self.heroes[hero].operands[0].shape
         real = expr_delinearize(expr_linearize(index, self.tiling.in_dims), operand.dimensions)
-        return thread_map(real, self.launch, ranges, cons)
+        return work_item_map(real, self.launch, ranges, cons)
 
-    def thread_to_output_map(self, leaf: int | None = None):
+    def thread_to_output_map(self, leaf: int | None = None) -> IndexingMap:
         """``(th_x, ..., bl_z)[s0, s1, s2] -> index`` of output ``leaf`` written in phase 2 (s0:
         loop turn, s1: column of the register tile, s2: its row = the vector element). Side
         outputs are written with the input map."""
-        from ...indexing import affine as A
         t = self.tiling
         if leaf is None:
             leaf = next(i for i, l in enumerate(self.leaves) if l.hero is not None)
@@ -253,7 +246,7 @@ class PackedTransposeKernelSpec:
         if self.leaves[leaf].hero is None:
             index, ranges, cons = self._input_walk()
             real = expr_delinearize(expr_linearize(index, t.in_dims), shape.dimensions, shape.minor_to_major)
-            return thread_map(real, self.launch, ranges, cons)
+            return work_item_map(real, self.launch, ranges, cons)
         lane, warp, blocks = self._ids()
         col = A.add(A.mul(A.add(A.mul(A.sym(0), NUM_GROUPS), warp), t.vector), A.sym(1))
         row = A.add(A.mul(lane, t.vector), A.sym(2))
@@ -265,7 +258,7 @@ class PackedTransposeKernelSpec:
         cons = [(col, 0, t.cols - 1), (row, 0, t.rows - 1)] + [(i, 0, d - 1) for i, d in zip(index, t.out_dims)]
         real = expr_delinearize(expr_linearize(index, t.out_dims), shape.dimensions, shape.minor_to_major)
         ranges = [(0, t.read_iterations - 1), (0, t.vector - 1), (0, t.vector - 1)]
-        return thread_map(real, self.launch, ranges, cons)
+        return work_item_map(real, self.launch, ranges, cons)
 
     def report_lines(self) -> list[str]:
         t = self.tiling
@@ -289,37 +282,31 @@ class PackedTransposeKernelSpec:
                 "static_shared_bytes": self.static_shared_bytes, "index_type": str(self.index_type)}
 
 
-def plan_packed_transpose(fusion: HloInstruction, analysis, kernel_name: str, heroes: Sequence[HloInstruction],
-                          leaves: Sequence) -> PackedTransposeKernelSpec | str:
-    """The packed plan, or why the packed emitter cannot take the fusion (the caller then uses
-    the tiled algorithm). ``heroes``/``leaves`` come from the tiled planner's refusal checks."""
+def plan_packed_transpose(fusion: HloInstruction, analysis: FusionAnalysis, device: DeviceInfo, kernel_name: str,
+                          heroes: Sequence[HloInstruction], leaves: Sequence[OutputLeaf],
+                          declined: str = "") -> PackedTransposeKernelSpec:
+    """The packed plan; declines (``Declined``, the caller then uses the tiled algorithm) where
+    the packed emitter cannot take the fusion. XLA's first choice: nothing declined before."""
     t = packed_tiling(analysis.transpose)
-    if isinstance(t, str):
-        return t
     if not heroes:
-        return "no transpose hero"
+        raise Declined("no transpose hero")
     if any(bits_of(h.shape.element_type) != analysis.transpose.bits for h in heroes):
-        return "heroes of different widths"
+        raise Declined("heroes of different widths")
     launch = LaunchDims((t.num_blocks, 1, 1), (NUM_THREADS, 1, 1), 0)
     shared = sum(-(-t.shmem_dim * t.shmem_dim * bits_of(h.shape.element_type) // 8 // 16) * 16 for h in heroes)
-    return PackedTransposeKernelSpec(kernel_name, fusion, partition(fusion.fused_computation), t, tuple(heroes),
-                                     tuple(leaves), launch, kernel_index_type(fusion, launch), shared)
+    return PackedTransposeKernelSpec(name=kernel_name, fusion=fusion, partitioned=partition(fusion.fused_computation),
+                                     tiling=t, heroes=tuple(heroes), leaves=tuple(leaves), launch=launch,
+                                     index_type=kernel_index_type(fusion, launch), static_shared_bytes=shared)
 
 
 # ---- emission --------------------------------------------------------------------------------
 
-def emit_packed_transpose_kernel(target: Target, spec: PackedTransposeKernelSpec) -> ir.Module:
-    from .transpose import _leaf_value, _store_value
-    module = target.new_module(spec.kernel_name)
-    kf = target.begin_kernel(module, spec.kernel_name, spec.params)
-    kb = KernelBuilder(kf.builder, target, spec.index_type)
-    b = kb.b
+def emit_packed_transpose(target: Target, spec: PackedTransposeKernelSpec) -> ir.Module:
+    kernel = open_kernel(target, spec, inline=True)
+    kb, b, fe = kernel.kb, kernel.b, kernel.fe
     t = spec.tiling
     v, S = t.vector, t.shmem_dim
-    n_in = len(spec.fusion.fused_computation.parameters)
-    fe = FusedEmitter(target, module, spec.kernel_name, spec.partitioned, spec.index_type, inline=True)
-    fe.bind(kb, kf.args[:n_in])
-    out_ptrs = kf.args[n_in:]
+    out_ptrs = kernel.outputs
     tiles = {h: target.shared_array(b, f"tile.{i}", storage_type(h.shape.element_type), S * S)
              for i, h in enumerate(spec.heroes)}
 
@@ -335,7 +322,7 @@ def emit_packed_transpose_kernel(target: Target, spec: PackedTransposeKernelSpec
     tid = kb.thread_id(0)
     lane = b.urem(tid, c(WARP))
     warp = b.udiv(tid, c(WARP))
-    blocks = delinearize(kb, kb.block_id(0), t.block_counts)          # canonical output order
+    blocks = kb.delinearize(kb.block_id(0), t.block_counts)          # canonical output order
     out_origin = [mul(x, n) for x, n in zip(blocks, t.out_tile)]
     in_origin = [out_origin[i] for i in t.inv]
 
@@ -388,10 +375,10 @@ def emit_packed_transpose_kernel(target: Target, spec: PackedTransposeKernelSpec
                 operand = h.operands[0]
                 val = fe.value(operand, operand_index(h, index))
                 stores.append((h, e, val))
-            linear = linearize(kb, index, t.in_dims) if side else None
+            linear = kb.linearize(index, t.in_dims) if side else None
             if first is None or not side:
                 first = linear
-            return stores, [(leaf, ptr, _leaf_value(kb, fe, leaf, linear, None), linear, first, e)
+            return stores, [(leaf, ptr, leaf_value(kb, fe, leaf, linear, None), linear, first, e)
                             for leaf, ptr in side]
 
         def flush(stores, side_values, vector: bool):
@@ -400,27 +387,27 @@ def emit_packed_transpose_kernel(target: Target, spec: PackedTransposeKernelSpec
                 ptr = b.gep(tiles[h], [add(base, c(e)) if e else base], inbounds=True, source_etype=storage_type(et))
                 b.store(to_storage(b, val, et), ptr)
             for leaf, ptr, val, linear, first, e in side_values:
-                _store_value(kb, leaf, ptr, linear, val, first if vector else None, e)
+                store_value(kb, leaf, ptr, linear, val, first if vector else None, e)
 
-        with Guarded(kb, conds), fe.scope():
+        with kb.if_all(conds), fe.scope():
             index0 = in_index(col0)
             all_dims = [t.a_id, t.t1_in, t.t2_in]
             if t.input_vectorised:
                 # v consecutive T1 elements, all in range or all out of it: one guard, v
                 # adjacent loads (one vector load), one 32-bit shared store
-                with Guarded(kb, bounds(index0, t.in_dims, t.in_tile, all_dims)):
+                with kb.if_all(bounds(index0, t.in_dims, t.in_tile, all_dims)):
                     points = [index0] + [index0[:t.t1_in] + [add(index0[t.t1_in], c(e))] + index0[t.t1_in + 1:]
                                          for e in range(1, v)]
                     for h in tiles:
                         loads.register([operand_index(h, idx) for idx in points])
-                    first = linearize(kb, index0, t.in_dims) if side else None
+                    first = kb.linearize(index0, t.in_dims) if side else None
                     results = [element(e, idx, first) for e, idx in enumerate(points)]
                     flush([s for r in results for s in r[0]], [s for r in results for s in r[1]], True)
                     loads.clear()
             else:
                 for e in range(v):
                     index = index0 if e == 0 else in_index(add(col0, c(e)))
-                    with Guarded(kb, bounds(index, t.in_dims, t.in_tile, all_dims)), fe.scope():
+                    with kb.if_all(bounds(index, t.in_dims, t.in_tile, all_dims)), fe.scope():
                         flush(*element(e, index), False)
 
     target.barrier(b)
@@ -455,7 +442,7 @@ def emit_packed_transpose_kernel(target: Target, spec: PackedTransposeKernelSpec
         conds = [b.icmp_unsigned("<", col0, c(t.cols))] if t.cols % (v * NUM_GROUPS) else []
         if t.rows < S:
             conds.append(b.icmp_unsigned("<", row0, c(t.rows)))   # rows % v == 0: all v or none
-        with Guarded(kb, conds):
+        with kb.if_all(conds):
             # the register tile: v rows of v elements (one word each), all reads before the epilogue
             regs = {}
             for h, smem in tiles.items():
@@ -475,22 +462,21 @@ def emit_packed_transpose_kernel(target: Target, spec: PackedTransposeKernelSpec
                 # col0 < cols (checked) covers the v columns (cols % v == 0); the T2 check holds
                 # for all v rows or none (the last partial T2 tile is a multiple of v)
                 conds = bounds(index0, t.out_dims, t.out_tile, [t.a_id, t.t1_out, t.t2_out])
-                with Guarded(kb, conds), fe.scope():
+                with kb.if_all(conds), fe.scope():
                     pending = []
                     first = None
                     for vv in range(v):
                         index = index0 if vv == 0 else \
                             index0[:t.t2_out] + [add(index0[t.t2_out], c(vv))] + index0[t.t2_out + 1:]
-                        linear = linearize(kb, index, t.out_dims)
+                        linear = kb.linearize(index, t.out_dims)
                         first = linear if vv == 0 else first
                         hero_index = {}
                         for h in tiles:
                             hero_index[h] = reshape_index(kb, index, t.out_dims, h.shape.dimensions)
                             current[(h, tuple(id(x) for x in hero_index[h]))] = regs[h, vv, vh]
-                        pending += [(leaf, ptr, _leaf_value(kb, fe, leaf, linear, hero_index[leaf.hero]), linear, vv)
+                        pending += [(leaf, ptr, leaf_value(kb, fe, leaf, linear, hero_index[leaf.hero]), linear, vv)
                                     for leaf, ptr in transposed]
                     for leaf, ptr, val, linear, vv in pending:   # T2 is the output's minor dim: a vector
-                        _store_value(kb, leaf, ptr, linear, val, first, vv)
+                        store_value(kb, leaf, ptr, linear, val, first, vv)
                     current.clear()
-    target.end_kernel(b)
-    return module
+    return kernel.finish()

@@ -1,0 +1,95 @@
+"""The tiled dot emitter: a fusion whose root is a ``dot`` or elementwise over one (an epilogue).
+
+XLA sends such fusions to cuBLAS or Triton; we emit a classic shared-memory tiled matmul:
+
+- Canonical view of ``dot_general``: B (batch dims) × M (lhs free dims, flattened) × N (rhs
+  free dims, flattened) × K (contracting dims, flattened, paired lhs/rhs in their listed
+  order). The output index of (b, m, n) is (batch dims, lhs free dims, rhs free dims), dot's
+  output order; operands are read through the ``FusedEmitter`` at their real indices, so
+  layouts and fused prologues (converts, transposes, broadcasts...) just work.
+- Block tile BM × BN = 64 × 64, K steps of BK = 16; 256 threads (16 × 16) per block; grid
+  (ceil(N / BN), ceil(M / BM), B).
+- Each K step: the block's threads load the lhs BM × BK tile and the rhs BK × BN tile into
+  shared memory (converted to the accumulation type; zero outside the bounds), ``barrier``,
+  each thread accumulates its 4 × 4 register tile (rows ty + 16 i, columns tx + 16 j) from
+  shared memory (``fma`` for floats), ``barrier``.
+- Epilogue: the accumulator (converted to the dot's type) is injected as the dot's value
+  (``FusedEmitter.inject``) and the root is computed and stored at its physical offset.
+
+Accumulation follows the elemental dot: f32 for f16/bf16/f32 results, f64 for f64, integers
+in the result type. Refused (loop emitter instead): complex and pred element types, tiny dots
+(B·M·N·K < 4096) and vector products (M < 8 or N < 8), grids beyond 65535 in y or z.
+
+Tensor cores (``dot_mma.py``): the spec carries both paths and ``emit_dot_kernel`` picks the
+first of ``PATHS`` the target takes. The
+warp-level ``mma.sync.m16n8k16`` path (same grid, block, block tile and epilogue) is taken when
+``target.has_tensor_cores()`` (a GPU of sm_80 or newer, and ``CompileOptions.dot_tensor_cores``,
+which the pipeline and the cuda runtime give the GPU target they create) and both operands are
+f16 or both bf16 with f32 accumulation. Everything else, the host target included, emits the
+tiled path.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from llvmlite import ir
+
+from ....hlo import HloInstruction
+from ...device_info import DeviceInfo
+from ...fusion_analysis import FusionAnalysis, dot_hero
+from ...target import Target
+from .dot_mma import emit_mma_dot_kernel, use_tensor_cores
+from .dot_spec import DotGeometry, DotKernelSpec, DotPath
+from .dot_tiled import emit_tiled_dot_kernel
+from .tiles import BM, MAX_GRID_YZ, MIN_MN, MIN_WORK, gemm_hero, gemm_plan, gemm_refusal
+
+
+
+@dataclass(frozen=True)
+class Path:
+    """One way to emit a dot kernel: whether ``target`` takes it for ``spec``, and the emitter."""
+
+    takes: Callable[[Target, DotKernelSpec], bool]
+    emit: Callable[[Target, DotKernelSpec], ir.Module]
+
+
+def _every_target(target: Target, spec: DotKernelSpec) -> bool:
+    return True
+
+
+# the ways to emit a dot, the first one the target takes wins
+PATHS: dict[DotPath, Path] = {
+    DotPath.MMA: Path(use_tensor_cores, emit_mma_dot_kernel),
+    DotPath.TILED: Path(_every_target, emit_tiled_dot_kernel),
+}
+
+
+def plan_dot_kernel(fusion: HloInstruction, analysis: FusionAnalysis, device: DeviceInfo,
+                    kernel_name: str) -> DotKernelSpec:
+    """The tiled dot plan for ``fusion``; ``Declined`` with the reason where it does not fit."""
+    dot = gemm_hero(fusion, analysis.roots, dot_hero, _refusal)
+    g = DotGeometry.of(dot)
+    return DotKernelSpec(dot=dot, geometry=g, **gemm_plan(fusion, kernel_name, dot, analysis.roots[0], g.M, g.N, g.B))
+
+
+def _refusal(fusion: HloInstruction, dot: HloInstruction | None) -> str | None:
+    why = gemm_refusal(fusion, dot, "dot")
+    if why is not None:
+        return why
+    g = DotGeometry.of(dot)
+    if g.B * g.M * g.N * g.K < MIN_WORK:
+        return f"tiny dot (B*M*N*K = {g.B * g.M * g.N * g.K} < {MIN_WORK})"
+    if g.M < MIN_MN or g.N < MIN_MN:
+        return f"vector product (M={g.M}, N={g.N}; tiles need both >= {MIN_MN})"
+    if -(-g.M // BM) > MAX_GRID_YZ or g.B > MAX_GRID_YZ:
+        return f"grid too large (M tiles {-(-g.M // BM)}, batch {g.B})"
+    return None
+
+
+def emit_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
+    """The dot kernel for ``target``: the first path of ``PATHS`` the target takes (the
+    tensor-core path where ``use_tensor_cores`` says so, else the tiled path)."""
+    kind, path = next((k, p) for k, p in PATHS.items() if p.takes(target, spec))
+    spec.emitted["path"] = kind
+    return path.emit(target, spec)

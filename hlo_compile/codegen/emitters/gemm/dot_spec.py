@@ -1,0 +1,195 @@
+"""The plan of a tiled dot kernel: the canonical view of ``dot_general`` (``DotGeometry``), the
+spec, its thread -> data maps for both paths and its report (see ``dot.py``)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from ....hlo import HloInstruction
+from ....indexing import affine as A
+from ....indexing.indexing_map import IndexingMap
+from ...kernel import KernelSpec
+from ...thread_maps import expr_delinearize, work_item_map
+from .mma_layout import (MMA_M, MMA_N, MMA_SHARED_BYTES, MMA_TYPES, SMEM_STRIDE, TILES_M, TILES_N, WARP_SIZE,
+                         WARPS_M, WARPS_N, WM, WN, acc_position, warp_origin)
+from .tiles import BK, BM, BN, NUM_THREADS, RM, RN, TX, TY, output_element, staged_element
+
+
+class DotPath(StrEnum):
+    """The two ways a dot kernel is emitted (chosen per target when emitted)."""
+
+    TILED = "tiled"
+    MMA = "mma"
+
+
+@dataclass(frozen=True)
+class DotGeometry:
+    batch: tuple[int, ...]       # sizes of the batch dims (output order)
+    m_dims: tuple[int, ...]      # lhs free dim sizes
+    n_dims: tuple[int, ...]      # rhs free dim sizes
+    k_dims: tuple[int, ...]      # contracting dim sizes
+    lhs_batch: tuple[int, ...]
+    rhs_batch: tuple[int, ...]
+    lhs_contract: tuple[int, ...]
+    rhs_contract: tuple[int, ...]
+    lhs_free: tuple[int, ...]
+    rhs_free: tuple[int, ...]
+
+    @staticmethod
+    def of(dot: HloInstruction) -> "DotGeometry":
+        dn = dot.dot_dimension_numbers
+        lhs, rhs = (o.shape for o in dot.operands)
+        lb, rb = tuple(dn.lhs_batch_dimensions), tuple(dn.rhs_batch_dimensions)
+        lc, rc = tuple(dn.lhs_contracting_dimensions), tuple(dn.rhs_contracting_dimensions)
+        lf = tuple(i for i in range(lhs.rank) if i not in lb + lc)
+        rf = tuple(i for i in range(rhs.rank) if i not in rb + rc)
+        return DotGeometry(tuple(lhs.dimensions[d] for d in lb), tuple(lhs.dimensions[d] for d in lf),
+                           tuple(rhs.dimensions[d] for d in rf), tuple(lhs.dimensions[d] for d in lc),
+                           lb, rb, lc, rc, lf, rf)
+
+    @property
+    def B(self) -> int:
+        return math.prod(self.batch)
+
+    @property
+    def M(self) -> int:
+        return math.prod(self.m_dims)
+
+    @property
+    def N(self) -> int:
+        return math.prod(self.n_dims)
+
+    @property
+    def K(self) -> int:
+        return math.prod(self.k_dims)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DotKernelSpec(KernelSpec):
+    dot: HloInstruction
+    root: HloInstruction
+    geometry: DotGeometry
+    acc_type: str
+    static_shared_bytes: int
+    # which path the last emission took (tiled or mma), for the report and summary.json
+    emitted: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    @property
+    def tensor_core_refusal(self) -> str | None:
+        """Why this dot cannot take the tensor-core path on any target (None: it can)."""
+        types = [o.shape.element_type for o in self.dot.operands]
+        if types[0] != types[1] or types[0] not in MMA_TYPES:
+            return f"operands {types[0]} x {types[1]} (tensor cores need both f16 or both bf16)"
+        if self.acc_type != "f32":
+            return f"accumulation in {self.acc_type}, not f32"
+        return None
+
+    @property
+    def path(self) -> DotPath:
+        """What the last emission produced (tiled before any)."""
+        return self.emitted.get("path", DotPath.TILED)
+
+    # ---- thread -> data maps ----------------------------------------------------------------
+    def thread_to_output_map(self, leaf: int | None = None) -> IndexingMap:
+        """``(th_x, ..., bl_z)[i, j] -> output index`` of the tiled path: output ``(m0 + ty +
+        16 i, n0 + tx + 16 j)`` of the block's tile (``mma_thread_to_output_map``: the
+        tensor-core path's)."""
+        return self._output_map(*output_element())
+
+    def mma_thread_to_output_map(self) -> IndexingMap:
+        """``(th_x, ..., bl_z)[tm, tn, r] -> output index`` of the tensor-core path: accumulator
+        ``r`` of the warp's mma tile ``(tm, tn)`` (``mma_layout``'s maps, on affine values)."""
+        tid = _Affine(A.add(A.dim(0), A.mul(A.dim(1), TX)))
+        lane, warp = tid % WARP_SIZE, tid // WARP_SIZE
+        wm0, wn0 = warp_origin(warp)
+        dm, dn = acc_position(lane, _Affine(A.sym(2)))
+        m = _Affine(A.mul(A.dim(4), BM)) + wm0 + _Affine(A.sym(0)) * MMA_M + dm
+        n = _Affine(A.mul(A.dim(3), BN)) + wn0 + _Affine(A.sym(1)) * MMA_N + dn
+        return self._output_map(m.e, n.e, [(0, TILES_M - 1), (0, TILES_N - 1), (0, 3)])
+
+    def _output_map(self, m: A.Expr, n: A.Expr, ranges: list[tuple[int, int]]) -> IndexingMap:
+        g = self.geometry
+        index = [*expr_delinearize(A.dim(5), g.batch), *expr_delinearize(m, g.m_dims),
+                 *expr_delinearize(n, g.n_dims)]
+        return work_item_map(index, self.launch, ranges, [(m, 0, g.M - 1), (n, 0, g.N - 1)])
+
+    def thread_to_input_map(self, hero: int = 0, operand: int | None = None) -> IndexingMap:
+        """``(th_x, ..., bl_z)[k step, s] -> index`` of the dot's lhs (operand 0, default) or
+        rhs that the thread stages into shared memory: element ``tid + 256 s`` of the block's
+        BM x BK lhs tile (k fastest) or BK x BN rhs tile (n fastest), both paths. Each element
+        is staged by every block of the other operand's tiles (grid x or y): not a bijection."""
+        g, lhs = self.geometry, operand in (None, 0)
+        free, k, ranges = staged_element(lhs, g.K)
+        shape = self.dot.operands[0 if lhs else 1].shape
+        index: list = [None] * shape.rank
+        for dims, values in ((g.lhs_batch if lhs else g.rhs_batch, expr_delinearize(A.dim(5), g.batch)),
+                             (g.lhs_contract if lhs else g.rhs_contract, expr_delinearize(k, g.k_dims)),
+                             (g.lhs_free if lhs else g.rhs_free,
+                              expr_delinearize(free, g.m_dims if lhs else g.n_dims))):
+            for dim, v in zip(dims, values):
+                index[dim] = v
+        return work_item_map(index, self.launch, ranges, [(free, 0, (g.M if lhs else g.N) - 1), (k, 0, g.K - 1)])
+
+    # ---- report ------------------------------------------------------------------------------
+    def report_lines(self) -> list[str]:
+        g = self.geometry
+        shared = (self._mma_shared_line() if self.path == DotPath.MMA else
+                  f"shared tiles {BK}x{BM} + {BK}x{BN}: {self.static_shared_bytes} B static, "
+                  f"index type {self.index_type}")
+        return [f"dot %{self.dot.name}: B={g.B} M={g.M} N={g.N} K={g.K}, accumulation {self.acc_type}, "
+                f"epilogue root %{self.root.name}",
+                f"tile {BM}x{BN}x{BK} ({NUM_THREADS} threads as {TX}x{TY}, {RM}x{RN} outputs per thread), "
+                + (f"{self.path} path" if "path" in self.emitted or self.tensor_core_refusal
+                   else "tiled path, or mma if the target enables tensor cores (chosen when emitted)"),
+                self._mma_report_line(),
+                shared,
+                *self.partitioned.to_text().splitlines()]
+
+    def summary_fields(self) -> dict:
+        shared = MMA_SHARED_BYTES if self.path == DotPath.MMA else self.static_shared_bytes
+        return {"tile": [BM, BN, BK], "threads_per_block": NUM_THREADS, "register_tile": [RM, RN],
+                "accumulation_type": self.acc_type, "path": self.path,
+                "tensor_cores": self.tensor_core_refusal or "eligible",
+                "static_shared_bytes": shared, "index_type": str(self.index_type)}
+
+    def _mma_shared_line(self) -> str:
+        et = self.dot.operands[0].shape.element_type
+        return (f"shared tiles {BM}x{SMEM_STRIDE} + {BN}x{SMEM_STRIDE} {et} (K-contiguous, rows padded to "
+                f"{SMEM_STRIDE}): {MMA_SHARED_BYTES} B static, index type {self.index_type}")
+
+    def _mma_report_line(self) -> str:
+        why = self.tensor_core_refusal
+        if why is not None:
+            return f"tensor cores: not eligible ({why})"
+        et = self.dot.operands[0].shape.element_type
+        return (f"tensor cores: eligible (mma.sync m16n8k16 {et} -> f32, {WARPS_M}x{WARPS_N} warps of "
+                f"{WM}x{WN}) on sm_80+ with dot_tensor_cores")
+
+
+class _Affine:
+    """An affine expression with Python arithmetic, so ``mma_layout``'s maps (written for ints
+    and IR values) evaluate to the thread -> output map."""
+
+    def __init__(self, e: A.ExprLike):
+        self.e = A.as_expr(e)
+
+    @staticmethod
+    def _of(x) -> A.Expr:
+        return x.e if isinstance(x, _Affine) else A.as_expr(x)
+
+    def __add__(self, o):
+        return _Affine(A.add(self.e, self._of(o)))
+
+    __radd__ = __add__
+
+    def __mul__(self, k: int):
+        return _Affine(A.mul(self.e, k))
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, k: int):
+        return _Affine(A.floordiv(self.e, k))
+
+    def __mod__(self, k: int):
+        return _Affine(A.mod(self.e, k))
