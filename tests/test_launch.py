@@ -167,3 +167,17 @@ def test_consecutive_threads_write_consecutive_memory():
         for s in range(2):
             index = [A.evaluate(e, (th, 0, 0, 0, 0, 0), (s,)) for e in m.exprs]
             assert shape.linear_index(index) == th * 2 + s
+
+
+def test_a_grid_beyond_the_limit_is_refused_naming_the_fusion(tmp_path):
+    """2^61 - 1 elements need more blocks than any grid holds: exit 2 with the instruction and
+    its line, not an internal error."""
+    import subprocess
+    import sys
+    path = tmp_path / "big.hlo"
+    path.write_text("HloModule big\nENTRY e {\n  a = f32[2305843009213693951] parameter(0)\n"
+                    "  ROOT n = f32[2305843009213693951] negate(a)\n}\n")
+    res = subprocess.run([sys.executable, "-m", "hlo_compile.cli.compile", str(path), "--emit=fusions"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stderr
+    assert "fusion '%n' (line 4)" in res.stderr and "grid limit" in res.stderr, res.stderr

@@ -124,7 +124,17 @@ def check_element_types(fusion: HloInstruction) -> None:
 def plan_fusion(fusion: HloInstruction, device: DeviceInfo, kernel_name: str) -> KernelPlan:
     """The analysis of ``fusion`` and the plan of the emitter it names (``EMITTERS``); a
     planner that declines hands the fusion to the loop emitter, with a new analysis that
-    says so."""
+    says so. A refusal that names no place is given the fusion's name and line."""
+    try:
+        return _plan_fusion(fusion, device, kernel_name)
+    except HloUnsupportedError as e:
+        if e.location is not None or fusion.location is None:
+            raise
+        raise HloUnsupportedError(f"fusion '%{fusion.name}' (line {fusion.location.line}): {e.message}",
+                                  fusion.location) from None
+
+
+def _plan_fusion(fusion: HloInstruction, device: DeviceInfo, kernel_name: str) -> KernelPlan:
     check_element_types(fusion)
     analysis = analyze_fusion(fusion, device, available=available_emitters())
     if all(s.element_count() == 0 for _, s in output_leaves(fusion)):

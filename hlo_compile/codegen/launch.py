@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from math import gcd
 
+from hlo_compile.hlo.errors import HloUnsupportedError
 from hlo_compile.hlo.ir import HloInstruction
 from hlo_compile.hlo.shape import Shape
 from hlo_compile.indexing import affine as A
@@ -132,7 +133,7 @@ def split_grid(blocks: int, device: DeviceInfo, need: str) -> tuple[int, int, in
     blocks_y = -(-blocks // limit_x)
     blocks_x = -(-blocks // blocks_y)
     if blocks_y > limit_y:
-        raise ValueError(f"{need}: more than the grid limit {limit_x} x {limit_y}")
+        raise HloUnsupportedError(f"{need}: more than the grid limit {limit_x} x {limit_y}")
     return (blocks_x, blocks_y, 1)
 
 
