@@ -137,3 +137,12 @@ def test_the_checks_can_fail():
     tree = ast.parse("from .x import _hidden\nif TYPE_CHECKING:\n    from .y import z\ndef f():\n    import os\n")
     nodes = list(_imports(tree))
     assert len(nodes) == 2 and _resolve("hlo_compile.a.b", False, nodes[0]) == "hlo_compile.a.x"
+
+
+def test_every_package_is_in_the_wheel():
+    """pyproject lists packages explicitly: a new subpackage missing there installs a broken
+    wheel (CI installs from the files) while the editable checkout still works."""
+    import tomllib
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {_module_name(p) for p in PACKAGE.rglob("__init__.py")}
+    assert not found - listed, f"packages missing from pyproject.toml: {sorted(found - listed)}"
