@@ -92,16 +92,24 @@ def _window(g: Gen, dims, dilation: bool = True):
         o = (padded - eff) // stride + 1 if padded >= eff else 0
         sizes.append(size), strides.append(stride), pads.append(f"{lo}_{hi}"), lhs.append(bd), rhs.append(wd)
         out.append(o)
+    show_stride = any(s != 1 for s in strides) or g.chance(0.3)
+    return window_text(sizes, strides, pads, lhs, rhs, show_stride), out, sizes
+
+
+def window_text(sizes, strides, pads, lhs_dilate, rhs_dilate, show_stride: bool = False) -> str:
+    """``window={size=.. stride=.. pad=.. lhs_dilate=.. rhs_dilate=..}``, each field past the
+    size only where it is not the default (the stride also when ``show_stride``); ``pads`` are
+    ``"lo_hi"`` strings."""
     parts = [f"size={'x'.join(map(str, sizes))}"]
-    if any(s != 1 for s in strides) or g.chance(0.3):
+    if show_stride or any(s != 1 for s in strides):
         parts.append(f"stride={'x'.join(map(str, strides))}")
     if any(p != "0_0" for p in pads):
         parts.append(f"pad={'x'.join(pads)}")
-    if any(b != 1 for b in lhs):
-        parts.append(f"lhs_dilate={'x'.join(map(str, lhs))}")
-    if any(b != 1 for b in rhs):
-        parts.append(f"rhs_dilate={'x'.join(map(str, rhs))}")
-    return "window={" + " ".join(parts) + "}", out, sizes
+    if any(b != 1 for b in lhs_dilate):
+        parts.append(f"lhs_dilate={'x'.join(map(str, lhs_dilate))}")
+    if any(b != 1 for b in rhs_dilate):
+        parts.append(f"rhs_dilate={'x'.join(map(str, rhs_dilate))}")
+    return "window={" + " ".join(parts) + "}"
 
 
 @op_generator("reduce-window", weight=3)
@@ -225,16 +233,7 @@ def gen_convolution(g: Gen) -> Value:
         rhs = _finite(g, rhs)
     attrs = []
     if ns:
-        w = [f"size={'x'.join(map(str, ksizes))}"]
-        if any(s != 1 for s in strides):
-            w.append(f"stride={'x'.join(map(str, strides))}")
-        if any(p != "0_0" for p in pads):
-            w.append(f"pad={'x'.join(pads)}")
-        if any(v != 1 for v in lhs_d):
-            w.append(f"lhs_dilate={'x'.join(map(str, lhs_d))}")
-        if any(v != 1 for v in rhs_d):
-            w.append(f"rhs_dilate={'x'.join(map(str, rhs_d))}")
-        attrs.append("window={" + " ".join(w) + "}")
+        attrs.append(window_text(ksizes, strides, pads, lhs_d, rhs_d))
     attrs.append(f"dim_labels={''.join(lhs_l)}_{''.join(rhs_l)}->{''.join(out_l)}")
     if groups > 1:
         attrs.append(f"feature_group_count={groups}")
@@ -474,14 +473,8 @@ def gen_conv2d(g: Gen) -> Value:
     if is_float(et) and not g.cfg.allows("conv-nonfinite-weights"):
         rhs = _finite(g, rhs)
     osize = {"b": n, "f": cout, "0": out_sp[0], "1": out_sp[1]}
-    window = [f"size={kh}x{kw}"]
-    if stride != [1, 1]:
-        window.append(f"stride={stride[0]}x{stride[1]}")
-    if any(p != (0, 0) for p in pads):
-        window.append("pad=" + "x".join(f"{lo}_{hi}" for lo, hi in pads))
-    if rd != [1, 1]:
-        window.append(f"rhs_dilate={rd[0]}x{rd[1]}")
-    attrs = ["window={" + " ".join(window) + "}", f"dim_labels={''.join(lhs_l)}_{''.join(rhs_l)}->{''.join(out_l)}"]
+    window = window_text([kh, kw], stride, [f"{lo}_{hi}" for lo, hi in pads], [1, 1], rd)
+    attrs = [window, f"dim_labels={''.join(lhs_l)}_{''.join(rhs_l)}->{''.join(out_l)}"]
     if groups > 1:
         attrs.append(f"feature_group_count={groups}")
     exact = lhs.exact and rhs.exact and not is_float(et)
