@@ -19,3 +19,19 @@ class CompileOptions:
     dot_tensor_cores: bool = False
     # producer-consumer fusion of lone instructions (passes/fusion.py); off: one kernel per op
     fusion: bool = True
+    # XLA:GPU's library calls: "library" keeps them as calls the cuda platform runs through
+    # NVIDIA's libraries (cuBLAS/cuBLASLt for GEMMs, cuDNN for convolutions and attention);
+    # "generated" lowers them to plain HLO our emitters compile (passes/library_calls.py).
+    # The host platform always generates; the cuda platform falls back to generated where
+    # the library bindings are not installed.
+    gemm: str = "library"
+    conv: str = "library"   # every cuDNN call: convolutions and fused attention
+
+    def generated_call_families(self) -> frozenset[str]:
+        """The library-call families (``hlo/library_targets.py``) lowered to plain HLO."""
+        out = set()
+        if self.gemm == "generated":
+            out.add("gemm")
+        if self.conv == "generated":
+            out.update(("conv", "fmha"))
+        return frozenset(out)

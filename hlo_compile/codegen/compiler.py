@@ -159,7 +159,7 @@ def prepare_module(module: HloModule, options: CompileOptions) -> HloModule:
     """The module after the passes and the code generator's own rewrites (a copy)."""
     device = device_for_arch(options.arch)
     return run_passes(module, before_fusion=[lambda m: rewrite_tree_reductions(m, device)],
-                      fusion=options.fusion)
+                      fusion=options.fusion, generated_calls=options.generated_call_families())
 
 
 def plan_module(module: HloModule, options: CompileOptions,

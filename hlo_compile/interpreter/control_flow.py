@@ -6,6 +6,7 @@ import numpy as np
 
 from ..hlo.errors import HloUnsupportedError
 from . import rng_bits
+from .library_calls import LIBRARY_CALLS
 from .numerics import dtype_of
 from .participants import require_one_participant
 from .registry import TOKEN, op
@@ -160,6 +161,8 @@ def _custom_call(ev, inst, ops):
         return v, i.astype(dtype_of(inst.shape.tuple_shapes[1].element_type))
     if target in _IDENTITY_TARGETS and len(ops) == 1:
         return ops[0]
+    if target in LIBRARY_CALLS:
+        return LIBRARY_CALLS[target](ev, inst, ops)
     raise HloUnsupportedError(f"custom-call target '{target}' has no defined meaning in the interpreter",
                               inst.location)
 

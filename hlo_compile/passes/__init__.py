@@ -13,6 +13,7 @@ from ..hlo.ir import clone_module
 from .expand_rng_bit_generator import expand_rng_bit_generators
 from .inline_calls import inline_calls
 from .layout_boundaries import align_layouts
+from .library_calls import ALL_FAMILIES, lower_library_calls
 from .prepare_control_flow import prepare_control_flow
 from .topk_custom_call import rewrite_topk_custom_calls
 from .wrap_fusions import fuse_and_wrap
@@ -21,17 +22,19 @@ __all__ = ["run_passes", "module_rewrites", "fuse_and_wrap"]
 
 
 def run_passes(module: HloModule, before_fusion: Sequence[Callable[[HloModule], HloModule]] = (),
-               fusion: bool = True) -> HloModule:
+               fusion: bool = True, generated_calls: frozenset[str] = ALL_FAMILIES) -> HloModule:
     """The module code generation sees: a copy of ``module`` with calls in ENTRY inlined, lone
     instructions grouped into fusions (``fusion.py``; skipped with ``fusion=False``) and the
     rest wrapped as one-instruction fusions, and the same done to every computation that a
     while or conditional runs (recursively). The input is left untouched, so the interpreter
     that checks our results never runs our own rewrites. ``before_fusion`` are rewrites the
     code generator needs on lone instructions (e.g. its tree-reduction split), run after
-    call inlining and before fusion."""
+    call inlining and before fusion. The library calls of ``generated_calls`` (families of
+    ``hlo/library_targets.py``) are lowered to plain HLO first; the others stay calls."""
     out = clone_module(module)
     for rewrite in module_rewrites():
         out = rewrite(out)
+    out = lower_library_calls(out, generated_calls)
     out = inline_calls(out)
     for rewrite in before_fusion:
         out = rewrite(out)

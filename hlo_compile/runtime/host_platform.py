@@ -5,6 +5,7 @@ for the host target, and a launch runs the grid's blocks on a pool of OS threads
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Sequence
 
@@ -21,6 +22,10 @@ from .platform import KERNELS, Platform
 
 class HostPlatform(Platform):
     name = "host"
+
+    def compile_options(self, options: CompileOptions) -> CompileOptions:
+        """The host has no NVIDIA library: every library call is lowered to our kernels."""
+        return dataclasses.replace(options, gemm="generated", conv="generated")
 
     def kernel_stage(self) -> Stage:
         return Stage(KERNELS, ("fusions",), self.compile_kernels,

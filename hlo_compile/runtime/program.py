@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 from ..codegen.compiler import ModulePlan
 from ..hlo import HloComputation, HloInstruction
 from .control_flow import Conditional, While
+from .library_steps import library_step
 from .platform import Platform
 from .runnable import unsupported
 from .steps import (Bitcast, Constant, Frame, GetTupleElement, KernelLaunch, MakeTuple, Parameter, PassThrough,
@@ -82,6 +83,7 @@ STEP_TYPES: dict[str, Callable[[HloInstruction, ProgramBuilder], Step]] = {
     "fusion": lambda inst, b: KernelLaunch(inst, b.plan.kernel_for(inst)),
     "while": _while,
     "conditional": _conditional,
+    "custom-call": library_step,
 }
 
 

@@ -1,10 +1,10 @@
 """What the runtime runs outside kernels, known before anything is emitted.
 
 ``hlo-compile`` and ``hlo-run`` both refuse, right after fusion planning, an instruction of a
-computation the runtime executes that is neither a kernel nor one of the steps below (a library
-call, a collective...): compiling the rest would drop it silently. ``program.STEP_TYPES`` has a
-builder for exactly these opcodes (a test keeps the two equal). Kept free of imports so the
-compile stages can use it without the runtime.
+computation the runtime executes that is neither a kernel nor one of the steps below (a
+collective, a custom call that is no library call...): compiling the rest would drop it
+silently. ``program.STEP_TYPES`` has a builder for exactly these opcodes (a test keeps the two
+equal). Kept free of runtime imports so the compile stages can use it without the runtime.
 """
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from typing import Iterable
 
 from ..hlo import HloComputation, HloInstruction
 from ..hlo.errors import HloUnsupportedError
+from ..hlo.library_targets import LIBRARY_TARGETS
 
 RUNNABLE_OPCODES = frozenset({"parameter", "constant", "bitcast", "opt-barrier", "get-tuple-element", "tuple",
-                              "fusion", "while", "conditional"})
-SUPPORTED = "fusions, parameters, constants, bitcasts, tuples, while and conditional"
+                              "fusion", "while", "conditional", "custom-call"})
+SUPPORTED = "fusions, parameters, constants, bitcasts, tuples, while, conditional and library calls"
 
 
 def unsupported(inst: HloInstruction, platform: str | None) -> HloUnsupportedError:
@@ -30,5 +31,13 @@ def check_runnable(computations: Iterable[HloComputation]) -> None:
     """Refuse the first instruction of ``computations`` that no runtime step runs."""
     for comp in computations:
         for inst in comp.instructions:
-            if inst.opcode not in RUNNABLE_OPCODES:
+            if not is_runnable(inst):
                 raise unsupported(inst, None)
+
+
+def is_runnable(inst: HloInstruction) -> bool:
+    """Whether some runtime step runs ``inst`` (a custom-call only when it is a library call
+    kept as a call: ``CompileOptions.gemm``/``conv`` = "library")."""
+    if inst.opcode == "custom-call":
+        return inst.attr("custom_call_target", None) in LIBRARY_TARGETS
+    return inst.opcode in RUNNABLE_OPCODES

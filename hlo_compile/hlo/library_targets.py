@@ -1,0 +1,30 @@
+"""The library custom-call targets XLA:GPU writes, by family (notes/xla-gpu-calls.md §1-3).
+
+Kept in the front end so that the interpreter, the passes that lower a call to plain HLO, the
+runtime steps that call the NVIDIA library and the compile stages (which must refuse what no
+step runs) all name the same targets.
+"""
+from __future__ import annotations
+
+# cuBLAS / cuBLASLt GEMMs (legacy cuBLAS, cuBLASLt, cuBLASLt with FP8 per-tensor scales)
+GEMM_TARGETS = frozenset({"__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8"})
+# cuDNN convolutions: the window and dim_labels always describe the forward convolution
+CONV_TARGETS = frozenset({"__cudnn$convForward", "__cudnn$convBackwardInput", "__cudnn$convBackwardFilter",
+                          "__cudnn$convBiasActivationForward"})
+# cuDNN fused attention, forward and backward
+FMHA_TARGETS = frozenset({"__cudnn$fmhaSoftmax", "__cudnn$fmhaSoftmaxDropout", "__cudnn$fmhaScaleBiasSoftmax",
+                          "__cudnn$fmhaScaleBiasSoftmaxDropout", "__cudnn$fmhaSoftmaxBackward",
+                          "__cudnn$fmhaSoftmaxDropoutBackward", "__cudnn$fmhaScaleBiasSoftmaxBackward",
+                          "__cudnn$fmhaScaleBiasSoftmaxDropoutBackward"})
+LIBRARY_TARGETS = GEMM_TARGETS | CONV_TARGETS | FMHA_TARGETS
+
+
+def library_family(target: str) -> str | None:
+    """'gemm', 'conv' or 'fmha' for a library target, else None."""
+    if target in GEMM_TARGETS:
+        return "gemm"
+    if target in CONV_TARGETS:
+        return "conv"
+    if target in FMHA_TARGETS:
+        return "fmha"
+    return None

@@ -1,0 +1,39 @@
+"""XLA:GPU's library calls lowered to the plain HLO they compute, for our emitters.
+
+A ``__cublas$*`` GEMM, a ``__cudnn$conv*`` convolution or a ``__cudnn$fmha*`` attention call is
+replaced by the HLO of its exact semantics (notes/xla-gpu-calls.md §1-3): a fusion our GEMM or
+convolution emitter compiles with the epilogue fused, plus whatever else the call computes.
+Users of the call read its tuple through ``get-tuple-element``; those reads are redirected to
+the new values, and the scratch buffer (the tuple's last leaf, contents undefined) is only
+materialised when something reads the tuple as a whole.
+
+Each family's lowering lives in its own module and registers its targets in ``LOWERINGS``:
+``gemm_lowering.py``, ``conv_lowering.py``, ``fmha_lowering.py``.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..hlo import HloComputation, HloInstruction, HloModule
+from ..hlo.library_targets import library_family
+from . import conv_lowering, fmha_lowering, gemm_lowering
+
+# target -> lower(computation, call): replaces ``call`` in ``computation`` by plain HLO
+Lowering = Callable[[HloComputation, HloInstruction], None]
+LOWERINGS: dict[str, Lowering] = {**gemm_lowering.LOWERINGS, **conv_lowering.LOWERINGS, **fmha_lowering.LOWERINGS}
+
+ALL_FAMILIES = frozenset({"gemm", "conv", "fmha"})
+
+
+def lower_library_calls(module: HloModule, families: frozenset[str] = ALL_FAMILIES) -> HloModule:
+    """Replace, in every computation, each library call of ``families`` that has a lowering;
+    in place. A call with no lowering stays, and is refused later by name."""
+    for comp in module.computations:
+        for inst in list(comp.instructions):
+            if inst.opcode != "custom-call":
+                continue
+            target = inst.attr("custom_call_target", None)
+            lower = LOWERINGS.get(target)
+            if lower is not None and library_family(target) in families:
+                lower(comp, inst)
+    return module

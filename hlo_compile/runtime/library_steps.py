@@ -1,0 +1,26 @@
+"""Library calls at run time: the step that runs a ``__cublas$*`` or ``__cudnn$*`` custom-call
+through NVIDIA's library, on a platform that has it (cuda, with the ``[cuda]`` extra).
+
+Each family registers a builder per target in its own module (``cublas_steps.py``,
+``cudnn_steps.py``); a call whose target has no builder, or a platform without the library,
+is refused by name. Calls are only kept as calls when ``CompileOptions.gemm``/``conv`` say
+"library"; otherwise they were lowered to kernels before fusion.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..hlo import HloInstruction
+from . import cublas_steps, cudnn_steps
+from .runnable import unsupported
+from .steps import Step
+
+LIBRARY_STEPS: dict[str, Callable[[HloInstruction, Any], Step]] = {**cublas_steps.STEPS, **cudnn_steps.STEPS}
+
+
+def library_step(inst: HloInstruction, builder: Any) -> Step:
+    """The step of library call ``inst`` (``builder``: the ``ProgramBuilder``)."""
+    build = LIBRARY_STEPS.get(inst.attr("custom_call_target", None))
+    if build is None:
+        raise unsupported(inst, builder.platform_name)
+    return build(inst, builder)
