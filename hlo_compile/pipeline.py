@@ -23,6 +23,7 @@ from .dump import (BEFORE_OPTIMIZATIONS, DumpDirectory, DumpWriter, as_dump_dire
                    xla_arch_name)
 from .hlo import HloModule
 from .hlo.errors import HloError, HloUnsupportedError
+from .hlo.library_targets import library_reason
 from .options import CompileOptions
 from .stages import SOURCE, STAGES, Stage, StageOutput, StageUnavailable, split_ptx
 
@@ -202,6 +203,12 @@ def summary(result: PipelineResult) -> dict:
             "spills": (res.spill_stores_bytes + res.spill_loads_bytes) if res else None,
             "stage_seconds": result.kernel_seconds.get(k.kernel_name, {}),
         })
+    for call in (plan.library_calls if plan is not None else []):
+        target = call.attr("custom_call_target")
+        kernels.append({"fusion": call.name, "kernel": None, "hero": call.name, "emitter": "library",
+                        "variant": None, "library": target, "reason": library_reason(target),
+                        "grid": None, "block": None, "shared_bytes": 0, "registers": None, "spills": None,
+                        "stage_seconds": {}})
     return {"module": result.source.name, "arch": result.options.arch, "kernels": kernels,
             "stages": list(result.artifacts), "skipped_stages": result.skipped,
             "stage_seconds": {k: round(v, 6) for k, v in result.module_seconds.items()}}

@@ -80,7 +80,7 @@ def _hlo(options: CompileOptions, source: HloModule) -> StageOutput:
 def _fusions(options: CompileOptions, module: HloModule) -> StageOutput:
     # kernels keep their names on every target: none may take a symbol some target links
     plan = plan_prepared_module(module, options, reserved_kernel_symbols())
-    check_runnable(plan.computations or [plan.module.entry])
+    check_runnable(plan.computations or [plan.module.entry], options.generated_call_families())
     return StageOutput(plan, fusion_report_text(plan))
 
 

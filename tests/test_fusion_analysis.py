@@ -329,7 +329,7 @@ def test_memcpy_and_in_place_dynamic_update_slice():
     assert analyze(dus % other_reader).xla_emitter == "loop"
 
 
-def test_backend_config_kinds_come_first():
+def test_backend_config_kinds_report_xla_and_use_our_emitter_for_the_computation():
     text = """HloModule m
 fused {
   p = f32[16,16] parameter(0)
@@ -338,10 +338,14 @@ fused {
 ENTRY e {
   p = f32[16,16] parameter(0)
   ROOT f = f32[16,16] fusion(p), kind=kCustom, calls=fused,
-      backend_config={"fusion_backend_config":{"kind":"__triton_gemm"}}
+      backend_config={"fusion_backend_config":{"kind":"__triton_gemm","triton_gemm_config":{"block_m":"32"}}}
 }"""
     a = analyze_fusion(hlo_compile.parse_module(text).entry.root, H100)
-    assert a.xla_emitter == "triton" and a.emitter is None
+    plain_text = text.replace("kind=kCustom", "kind=kLoop").split(",\n      backend_config")[0] + "\n}"
+    plain = analyze_fusion(hlo_compile.parse_module(plain_text).entry.root, H100)
+    assert a.xla_emitter == "triton" and plain.xla_emitter != "triton"
+    assert a.emitter == plain.emitter and a.emitter is not None and [h.name for h in a.heroes] == [h.name for h in plain.heroes]
+    assert "__triton_gemm (block_m=32)" in a.reason and plain.reason in a.reason
 
 
 def test_available_emitters_plug_in():

@@ -302,6 +302,18 @@ def version_text(prog: str) -> str:
     return f"{prog} {own} ({', '.join(parts)})"
 
 
+def library_call_options(fn):
+    """``--gemm`` and ``--conv``: whether XLA:GPU's library calls run through NVIDIA's libraries
+    or are compiled by our emitters (``CompileOptions.gemm``/``conv``)."""
+    fn = click.option("--conv", type=click.Choice(["library", "generated"]), default="library", show_default=True,
+                      help="cuDNN calls (convolutions, fused attention): run by cuDNN on cuda, or lowered to "
+                           "our kernels (always on host).")(fn)
+    return click.option("--gemm", type=click.Choice(["library", "generated"]), default="library",
+                        show_default=True,
+                        help="cuBLAS/cuBLASLt GEMM calls: run by cuBLAS on cuda, or lowered to our GEMM "
+                             "kernels (always on host).")(fn)
+
+
 def version_option(prog: str):
     def show(ctx: click.Context, _param, value: bool) -> None:
         if value and not ctx.resilient_parsing:

@@ -7,6 +7,8 @@ Every flag is checked before any work; errors read ``file:line:col: error: ...``
 """
 from __future__ import annotations
 
+import dataclasses
+
 import sys
 from pathlib import Path
 
@@ -94,14 +96,16 @@ def _list_passes(ctx: click.Context, _param, value: bool) -> None:
 @click.option("--short", "short_form", is_flag=True, help="Print HLO in the short form (no operand shapes).")
 @click.option("--as-fusion", is_flag=True,
               help="The file is a bare fused computation (XLA's emitter test files): compile it as one fusion.")
+@common.library_call_options
 @common.version_option(PROG)
 def main(file: str, dump_to: Path | None, emit: str | None, passes: str | None, output: Path | None, arch: str,
          platform: str, input_format: str, tensor_cores: bool, fusion: bool, split_input_file: bool,
-         short_form: bool, as_fusion: bool) -> None:
+         short_form: bool, as_fusion: bool, gemm: str, conv: str) -> None:
     """Compile the XLA HLO text module in FILE (- reads standard input) for an NVIDIA GPU."""
     try:
-        _main(file, dump_to, emit, passes, output, arch, platform, input_format, tensor_cores, fusion,
-              split_input_file, short_form, as_fusion)
+        options = CompileOptions(arch=arch, dot_tensor_cores=tensor_cores, fusion=fusion, gemm=gemm, conv=conv)
+        _main(file, dump_to, emit, passes, output, options, platform, input_format, split_input_file, short_form,
+              as_fusion)
     except UserError as e:
         click.echo(f"{PROG}: error: {e}", err=True)
         sys.exit(e.code)
@@ -153,12 +157,12 @@ def _check_flags(emit, passes, output, arch, platform, input_format, dump_to):
     return stage_name, arch, chosen
 
 
-def _main(file, dump_to, emit, passes, output, arch, platform, input_format, tensor_cores, fusion,
-          split_input_file, short_form, as_fusion) -> None:
-    stage_name, arch, chosen = _check_flags(emit, passes, output, arch, platform, input_format, dump_to)
+def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform, input_format, split_input_file,
+          short_form, as_fusion) -> None:
+    stage_name, arch, chosen = _check_flags(emit, passes, output, options.arch, platform, input_format, dump_to)
     dump_to = common.dump_dir(dump_to) if chosen is None else None
     common.prepare_dump_dir(dump_to)
-    options = CompileOptions(arch=arch, dot_tensor_cores=tensor_cores, fusion=fusion)
+    options = dataclasses.replace(options, arch=arch)
     modules = common.read_modules(file, split_input_file, as_fusion)
     if chosen is not None:
         from .pass_list import run_chosen

@@ -24,6 +24,8 @@ class NamedPass:
 _REWRITE_NAMES = {
     "align_layouts": ("layout-boundaries", "copies where layouts disagree across computation boundaries "
                                            "(as XLA's layout assignment inserts them)"),
+    "lower_custom_fusions": ("custom-fusions", "Triton, cuDNN and custom-kernel fusions as fusions our emitters "
+                                               "compile, or calls of their computation to re-fuse"),
     "rewrite_topk_custom_calls": ("topk-custom-call", "XLA:CPU's TopK custom call as a topk instruction"),
     "expand_rng_bit_generators": ("expand-rng-bit-generator", "rng-bit-generator expanded into integer ops"),
 }

@@ -78,7 +78,7 @@ def _translate(argv: list[str]) -> list[str]:
 
 
 def _runner(platform: str, module, seed, tensor_cores: bool = False, graph: bool = False, fusion: bool = True,
-            dump: tuple[DumpDirectory, int] | None = None):
+            dump: tuple[DumpDirectory, int] | None = None, gemm: str = "library", conv: str = "library"):
     """A function running ``module`` on ``platform`` (compiled once, run many times); with
     ``graph``, (graph runner, plain runner) when the module can be one CUDA graph; with
     ``dump`` (directory, module number), the compilation's stages are dumped as hlo-compile's."""
@@ -87,9 +87,12 @@ def _runner(platform: str, module, seed, tensor_cores: bool = False, graph: bool
         return lambda args: evaluate_module(module, args, seed=seed)
     from ..options import CompileOptions
     from ..runtime import executable
-    options = CompileOptions(arch=common.default_arch(), dot_tensor_cores=tensor_cores, fusion=fusion)
+    options = CompileOptions(arch=common.default_arch(), dot_tensor_cores=tensor_cores, fusion=fusion, gemm=gemm,
+                             conv=conv)
     where = {} if dump is None else {"dump_to": dump[0], "module_index": dump[1]}
     exe = executable.compile_executable(module, platform, options, **where)
+    for note in getattr(exe.platform, "notes", ()):
+        click.echo(f"{module.name}: note: {note}", err=True)
     if dump is not None:
         _dump_notes(module, exe.pipeline)
     if not graph:
@@ -145,6 +148,13 @@ class RunSettings:
     use_cuda_graph: bool
     fusion: bool
     dump_to: Path | None
+    gemm: str = "library"
+    conv: str = "library"
+
+
+def _library_flags(s: RunSettings) -> dict:
+    """--gemm/--conv where they differ from _runner's defaults."""
+    return {k: v for k, v in (("gemm", s.gemm), ("conv", s.conv)) if v != "library"}
 
 
 def rule_text(s: RunSettings, leaves) -> str:
@@ -202,14 +212,15 @@ def _run_one(module, s: RunSettings, *, index: int | None = None, dump: DumpDire
         dump_source(module, dump, dump_index, common.default_arch())
     # only what differs from _runner's defaults is passed (tests stand in for _runner)
     extra = {**({"tensor_cores": True} if s.tensor_cores else {}), **({"graph": True} if s.use_cuda_graph else {}),
-             **({} if s.fusion else {"fusion": False}),
+             **({} if s.fusion else {"fusion": False}), **_library_flags(s),
              **({"dump": (dump, dump_index)} if dump is not None and s.platform != "interpreter" else {})}
     compiled = None if s.platform == "interpreter" else _runner(s.platform, module, s.seed, **extra)
     graph, plain = (compiled if isinstance(compiled, tuple) else (None, compiled))
     compare_with = "none" if s.reference == "none" or _is_own_reference(s.platform, s.reference) else s.reference
     reference_run = None
     if compare_with in ("host", "cuda"):
-        reference_run = _runner(compare_with, module, s.seed, **({} if s.fusion else {"fusion": False}))
+        reference_run = _runner(compare_with, module, s.seed, **({} if s.fusion else {"fusion": False}),
+                                **_library_flags(s))
     times, failures, compared, rule = [], 0, 0, ""
     result, args = None, None
     for i in range(s.iterations):
@@ -339,11 +350,12 @@ def _report_graph(module, graph, plain, args, times, iterations: int) -> None:
 @click.option("--split-input-file", is_flag=True, help="Each file holds modules separated by '// -----'.")
 @click.option("--as-fusion", is_flag=True,
               help="The files are bare fused computations (XLA's emitter test files): run each as one fusion.")
+@common.library_call_options
 @common.version_option(PROG)
 def main(files, platform, reference, input_literals, output_literals, seed, iterations, error_rule,
          abs_error_bound, rel_error_bound, print_literals, random_inputs, use_large_float_range,
          different_random_seeds, input_format, dump_to, tensor_cores, fusion, use_cuda_graph, split_input_file,
-         as_fusion):
+         as_fusion, gemm, conv):
     """Run the HLO modules in FILE... (- reads standard input) and compare their results with a
     reference."""
     try:
@@ -353,7 +365,7 @@ def main(files, platform, reference, input_literals, output_literals, seed, iter
             error_rule=error_rule.lower(), print_literals=print_literals, random_inputs=random_inputs,
             large_float_range=use_large_float_range, different_seeds=different_random_seeds,
             tensor_cores=tensor_cores, use_cuda_graph=use_cuda_graph, fusion=fusion,
-            dump_to=common.dump_dir(dump_to))
+            dump_to=common.dump_dir(dump_to), gemm=gemm, conv=conv)
         _check_flags(settings, input_format, files)
         sys.exit(_run_files(files, settings, split_input_file, as_fusion))
     except UserError as e:

@@ -17,6 +17,7 @@ from llvmlite import ir
 
 from ..hlo import HloComputation, HloInstruction, HloModule
 from ..hlo.errors import HloUnsupportedError
+from ..hlo.library_targets import library_family
 from ..hlo.tiling import physical_size
 from ..options import CompileOptions
 from ..passes import run_passes
@@ -79,6 +80,13 @@ class ModulePlan:
     # conditional run (transitively), each once
     computations: list[HloComputation] = field(default_factory=list)
     _by_fusion: dict[int, KernelPlan] = field(default_factory=dict, repr=False)
+
+    @property
+    def library_calls(self) -> list[HloInstruction]:
+        """The library calls the runtime makes (kept as calls: ``CompileOptions.gemm``/``conv``
+        = "library"), in program order."""
+        return [i for c in (self.computations or [self.module.entry]) for i in c.instructions
+                if i.opcode == "custom-call" and library_family(i.attr("custom_call_target", "")) is not None]
 
     def kernel_for(self, fusion: HloInstruction) -> KernelPlan:
         k = self._by_fusion.get(id(fusion))

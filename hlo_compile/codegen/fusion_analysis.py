@@ -29,7 +29,7 @@ from .hero_shapes import (ReductionDimensions, TransposeDescription, bits_of, is
 
 __all__ = [
     "HERO_RULES", "FusionAnalysis", "ReductionDimensions", "TransposeDescription", "analyze_fusion", "bits_of",
-    "can_emit_dus_in_place", "conv_hero", "dot_hero", "find_hero", "fusion_roots", "is_elementwise",
+    "can_emit_dus_in_place", "conv_hero", "custom_fusion_config", "dot_hero", "find_hero", "fusion_roots", "is_elementwise",
     "is_intermediate", "is_race_free", "is_real_reduction_hero", "is_reduction_from_or_to_contiguous_dimensions",
     "multi_row_vector_size", "reduction_dimensions", "reduction_variant", "reshape_is_bitcast",
     "transpose_description",
@@ -116,6 +116,7 @@ class _Choice:
     transpose: TransposeDescription | None = None
     reduction: ReductionDimensions | None = None
     hero_reduce: HloInstruction | None = None
+    heroes_kind: EmitterKind | None = None  # the kind whose hero rule applies (default: xla)
 
 
 def analyze_fusion(fusion: HloInstruction, device: DeviceInfo,
@@ -128,7 +129,8 @@ def analyze_fusion(fusion: HloInstruction, device: DeviceInfo,
                     frozenset(available))
     choice = next(c for c in (rule(facts) for rule in HERO_RULES) if c is not None)
     emitter, reason = _our_emitter(choice, facts.available)
-    return FusionAnalysis(fusion, device, roots, list(roots) if choice.xla in _LOOP_KINDS else heroes, choice.xla,
+    heroes_kind = choice.heroes_kind or choice.xla
+    return FusionAnalysis(fusion, device, roots, list(roots) if heroes_kind in _LOOP_KINDS else heroes, choice.xla,
                           emitter, choice.variant, reason, choice.transpose, choice.reduction, choice.hero_reduce,
                           facts.in_bits, facts.out_bits, heroes)
 
@@ -149,15 +151,51 @@ def _smallest_bits(insts: Iterable[HloInstruction]) -> int:
 
 
 def _backend_kind(f: _Fusion) -> _Choice | None:
-    raw = f.fusion.attr("backend_config", None)
+    """A ``kind=kCustom`` fusion XLA hands to Triton, cuDNN or a custom kernel. Its computation
+    is its exact semantics (the config only says how XLA generates code), so our emitter is
+    the one the other rules pick for that computation; XLA's kind and config are reported."""
+    kind, config = custom_fusion_config(f.fusion)
+    backend = _BACKEND_KINDS.get(kind)
+    if backend is None:
+        return None
+    inner = next(c for c in (rule(f) for rule in HERO_RULES[1:]) if c is not None)
+    ours, why = _our_emitter(inner, f.available)
+    detail = f" ({config})" if config else ""
+    return replace(inner, xla=backend, ours=ours, heroes_kind=inner.xla,
+                   why=f"backend config kind {kind}{detail}: XLA runs it with {backend}, its computation is "
+                       f"its semantics; {why}")
+
+
+def custom_fusion_config(fusion: HloInstruction) -> tuple[str, str]:
+    """(the ``fusion_backend_config`` kind, its tiling config as text: Triton GEMM block sizes,
+    block-level output tiles, warps) of a fusion; ("", "") when it has none."""
+    raw = fusion.attr("backend_config", None)
     if not isinstance(raw, str) or "fusion_backend_config" not in raw:
-        return None
+        return "", ""
     try:
-        kind = json.loads(raw).get("fusion_backend_config", {}).get("kind", "")
+        cfg = json.loads(raw).get("fusion_backend_config", {})
     except (ValueError, AttributeError):
-        return None
-    emitter = _BACKEND_KINDS.get(kind)
-    return _Choice(emitter, f"backend config kind {kind}") if emitter else None
+        return "", ""
+    if not isinstance(cfg, dict):
+        return "", ""
+    parts = []
+    gemm = cfg.get("triton_gemm_config")
+    if isinstance(gemm, dict):
+        parts += [f"{k}={gemm[k]}" for k in ("block_m", "block_n", "block_k", "split_k", "num_stages", "num_warps")
+                  if k in gemm]
+    block = cfg.get("block_level_fusion_config")
+    if isinstance(block, dict):
+        tiles = block.get("output_tiles") or ([{"sizes": block["output_tile_sizes"]}]
+                                               if "output_tile_sizes" in block else [])
+        sizes = ["x".join(str(v) for v in t.get("sizes", [])) for t in tiles if isinstance(t, dict)]
+        if sizes:
+            parts.append("output tiles " + ", ".join(sizes))
+        if "num_warps" in block:
+            parts.append(f"num_warps={block['num_warps']}")
+    custom = cfg.get("custom_fusion_config")
+    if isinstance(custom, dict) and "name" in custom:
+        parts.append(f"name={custom['name']}")
+    return str(cfg.get("kind", "")), ", ".join(parts)
 
 
 def _reduction_kind(f: _Fusion) -> _Choice | None:

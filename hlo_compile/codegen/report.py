@@ -2,11 +2,14 @@
 configuration, the thread→output indexing map and the partition into functions."""
 from __future__ import annotations
 
+from ..hlo.library_targets import library_reason
 from .compiler import ModulePlan
 
 
 def fusion_report_text(plan: ModulePlan) -> str:
-    out = [f"// device: {plan.device.name} ({plan.device.arch}), {len(plan.kernels)} kernel(s)"]
+    calls = plan.library_calls
+    extra = f", {len(calls)} library call(s)" if calls else ""
+    out = [f"// device: {plan.device.name} ({plan.device.arch}), {len(plan.kernels)} kernel(s){extra}"]
     for k in plan.kernels:
         a = k.analysis
         launch = k.launch
@@ -21,4 +24,9 @@ def fusion_report_text(plan: ModulePlan) -> str:
             out.append(f"  in-place aliasing: {'yes' if k.donated else 'no (operand copied)'}"
                        + (f": {k.aliasing}" if k.aliasing else ""))
         out.extend(f"  {line}" for line in k.spec.report_lines())
+    for call in calls:
+        target = call.attr("custom_call_target")
+        out.append(f"custom-call %{call.name} -> library {target}")
+        out.append("  emitter: library")
+        out.append(f"  reason: {library_reason(target)}")
     return "\n".join(out) + "\n"

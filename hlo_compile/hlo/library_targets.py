@@ -28,3 +28,19 @@ def library_family(target: str) -> str | None:
     if target in FMHA_TARGETS:
         return "fmha"
     return None
+
+
+_LIBRARY_OF = {"__cublas$gemm": "cuBLAS", "__cublas$lt$matmul": "cuBLASLt", "__cublas$lt$matmul$f8": "cuBLASLt"}
+_FLAG_OF = {"gemm": "--gemm", "conv": "--conv", "fmha": "--conv"}
+
+
+def library_name(target: str) -> str:
+    """The NVIDIA library that runs ``target`` (cuBLAS, cuBLASLt, cuDNN)."""
+    return _LIBRARY_OF.get(target, "cuDNN")
+
+
+def library_reason(target: str) -> str:
+    """Why a library call stays a call, for the reports."""
+    family = library_family(target)
+    return (f"{family} library call run by {library_name(target)} ({_FLAG_OF[family]}=library); "
+            f"{_FLAG_OF[family]}=generated compiles it with our emitters")

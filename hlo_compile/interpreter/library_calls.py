@@ -1,7 +1,8 @@
 """The numpy meaning of XLA:GPU's library calls (notes/xla-gpu-calls.md §1-3).
 
 Each family registers its targets with ``@library_call``: ``gemm_calls.py`` (cuBLAS),
-``conv_calls.py`` (cuDNN convolutions), ``fmha_calls.py`` (cuDNN attention). Written from
+``conv_calls.py`` (cuDNN convolutions), ``fmha_calls.py`` (cuDNN attention); the evaluator
+imports them. Written from
 XLA's definitions, independently of the lowering the compiler uses (passes/*_lowering.py), so
 that the two check each other.
 """
@@ -24,5 +25,3 @@ def library_call(*targets: str) -> Callable[[Handler], Handler]:
         return fn
     return wrap
 
-
-from . import conv_calls, fmha_calls, gemm_calls  # noqa: E402,F401  (they register)

@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 
 from ..hlo import HloModule
 from ..hlo.ir import clone_module
+from .custom_fusions import lower_custom_fusions
 from .expand_rng_bit_generator import expand_rng_bit_generators
 from .inline_calls import inline_calls
 from .layout_boundaries import align_layouts
@@ -44,4 +45,4 @@ def run_passes(module: HloModule, before_fusion: Sequence[Callable[[HloModule], 
 def module_rewrites() -> list[Callable[[HloModule], HloModule]]:
     """Rewrites of every computation of the module, run first, in order, on the copy: ops that
     XLA itself expands or renames before code generation."""
-    return [align_layouts, rewrite_topk_custom_calls, expand_rng_bit_generators]
+    return [align_layouts, lower_custom_fusions, rewrite_topk_custom_calls, expand_rng_bit_generators]

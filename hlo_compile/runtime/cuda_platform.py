@@ -31,12 +31,21 @@ class CudaPlatform(Platform):
         self.module = None
         self.ptx = ""
         self.stream = None  # created for the first graph
+        self.notes: list[str] = []  # what the platform decided for the user (printed by hlo-run)
         self._queue = None  # where launches and copies go: None, the legacy stream (synchronous
         # copies), or the stream a graph is being captured on
 
     def compile_options(self, options: CompileOptions) -> CompileOptions:
-        """Launch heuristics and PTX for the GPU that is there."""
-        return dataclasses.replace(options, arch=self.arch)
+        """Launch heuristics and PTX for the GPU that is there; library calls whose library
+        cannot run here are generated instead (said in ``notes``)."""
+        from .library_steps import library_unavailable
+        changes: dict[str, str] = {"arch": self.arch}
+        for flag, families in (("gemm", ("gemm",)), ("conv", ("conv", "fmha"))):
+            why = [w for w in (library_unavailable(f) for f in families) if w]
+            if getattr(options, flag) == "library" and why:
+                changes[flag] = "generated"
+                self.notes.append(f"--{flag}=library unavailable ({why[0]}): library calls compiled by our emitters")
+        return dataclasses.replace(options, **changes)
 
     def kernel_stage(self) -> Stage:
         return Stage(KERNELS, ("fusions", "ptx"), self.load_kernels,

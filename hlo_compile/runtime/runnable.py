@@ -12,7 +12,7 @@ from typing import Iterable
 
 from ..hlo import HloComputation, HloInstruction
 from ..hlo.errors import HloUnsupportedError
-from ..hlo.library_targets import LIBRARY_TARGETS
+from ..hlo.library_targets import library_family
 
 RUNNABLE_OPCODES = frozenset({"parameter", "constant", "bitcast", "opt-barrier", "get-tuple-element", "tuple",
                               "fusion", "while", "conditional", "custom-call"})
@@ -27,17 +27,20 @@ def unsupported(inst: HloInstruction, platform: str | None) -> HloUnsupportedErr
                                f"only {SUPPORTED} are supported so far", inst.location)
 
 
-def check_runnable(computations: Iterable[HloComputation]) -> None:
-    """Refuse the first instruction of ``computations`` that no runtime step runs."""
+def check_runnable(computations: Iterable[HloComputation], generated: frozenset[str] = frozenset()) -> None:
+    """Refuse the first instruction of ``computations`` that no runtime step runs;
+    ``generated``: the library-call families that were to be lowered to kernels
+    (``CompileOptions.generated_call_families``), so a call of theirs left is not run either."""
     for comp in computations:
         for inst in comp.instructions:
-            if not is_runnable(inst):
+            if not is_runnable(inst, generated):
                 raise unsupported(inst, None)
 
 
-def is_runnable(inst: HloInstruction) -> bool:
+def is_runnable(inst: HloInstruction, generated: frozenset[str] = frozenset()) -> bool:
     """Whether some runtime step runs ``inst`` (a custom-call only when it is a library call
     kept as a call: ``CompileOptions.gemm``/``conv`` = "library")."""
     if inst.opcode == "custom-call":
-        return inst.attr("custom_call_target", None) in LIBRARY_TARGETS
+        family = library_family(inst.attr("custom_call_target", ""))
+        return family is not None and family not in generated
     return inst.opcode in RUNNABLE_OPCODES
