@@ -36,7 +36,7 @@ def _row_major(kb, idx, dims) -> ir.Value:
 def _select_and_scatter(fe, inst: HloInstruction, index):
     b, kb = fe.kb.b, fe.kb
     operand, source, init = inst.operands
-    window = inst.attr("window")
+    window = inst.attr("window", ())
     if any(w.base_dilation != 1 or w.window_dilation != 1 for w in window):
         raise unsupported(inst, "select-and-scatter with dilated windows is not supported yet")
     dims, sdims = operand.shape.dimensions, source.shape.dimensions

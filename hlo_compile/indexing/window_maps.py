@@ -31,7 +31,7 @@ def _finish(exprs, out_dims, ranges, cons, fold_point_dims: bool = True) -> Inde
 
 def reduce_window_maps(inst, out_shape) -> list:
     n = len(inst.operands) // 2
-    window = inst.attr("window")
+    window = inst.attr("window", ())
     if any(w.window_reversal for w in window):
         return [None] * len(inst.operands)
     in_dims = inst.operands[0].shape.dimensions

@@ -47,7 +47,7 @@ def _pad_for_window(x, value, window):
 def _reduce_window(ev, inst, ops):
     n = len(ops) // 2
     xs, inits = ops[:n], [np.asarray(i).reshape(()) for i in ops[n:]]
-    window = inst.attr("window")
+    window = inst.attr("window", ())
     types = _leaf_types(inst.shape)
     out_dims = tuple(inst.shape.tuple_shapes[0].dimensions if inst.shape.is_tuple else inst.shape.dimensions)
     padded = [_pad_for_window(np.asarray(x), i, window) for x, i in zip(xs, inits)]
@@ -77,7 +77,7 @@ def _reduce_window(ev, inst, ops):
 @op("select-and-scatter")
 def _select_and_scatter(ev, inst, ops):
     operand, source, init = np.asarray(ops[0]), np.asarray(ops[1]), np.asarray(ops[2]).reshape(())
-    window = inst.attr("window")
+    window = inst.attr("window", ())
     et = inst.operands[0].shape.element_type
     out_dims = source.shape
     pads = [PaddingDim(w.padding_low, w.padding_high, w.base_dilation - 1) for w in window]

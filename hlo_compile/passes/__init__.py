@@ -11,12 +11,14 @@ from typing import Callable, Sequence
 from ..hlo import HloModule
 from ..hlo.ir import clone_module
 from .custom_fusions import lower_custom_fusions
+from .dynamic_index_splitter import split_dynamic_indices
 from .expand_rng_bit_generator import expand_rng_bit_generators
 from .inline_calls import inline_calls
 from .layout_boundaries import align_layouts
 from .library_calls import ALL_FAMILIES, lower_library_calls
 from .prepare_control_flow import prepare_control_flow
 from .topk_custom_call import rewrite_topk_custom_calls
+from .tuple_copies import expand_tuple_copies
 from .wrap_fusions import fuse_and_wrap
 
 __all__ = ["run_passes", "module_rewrites", "fuse_and_wrap"]
@@ -45,4 +47,5 @@ def run_passes(module: HloModule, before_fusion: Sequence[Callable[[HloModule], 
 def module_rewrites() -> list[Callable[[HloModule], HloModule]]:
     """Rewrites of every computation of the module, run first, in order, on the copy: ops that
     XLA itself expands or renames before code generation."""
-    return [align_layouts, lower_custom_fusions, rewrite_topk_custom_calls, expand_rng_bit_generators]
+    return [align_layouts, lower_custom_fusions, split_dynamic_indices, expand_tuple_copies,
+            rewrite_topk_custom_calls, expand_rng_bit_generators]
