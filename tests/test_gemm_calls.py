@@ -650,3 +650,95 @@ def test_corpus_cublas_modules_on_host(corpus):
             failures.append(f"{where}: {cmp.report()}")
     assert not failures, "\n".join(failures)
     assert len(found) >= 4
+
+
+# ---- the BLAS view of the buffers (runtime/blas_plan.py) ---------------------------------------------------
+
+def _column_major_blas(plan, bufs: dict, alpha: float, bias: np.ndarray | None) -> np.ndarray:
+    """A column-major BLAS in numpy, told only what ``plan`` says: for each batch, D = alpha *
+    A x B (+ bias down D's rows), every matrix read and written at its strided offsets in the
+    raw physical buffers. ``bufs``: "lhs", "rhs" (XLA's operands) and "d" (written)."""
+    a_buf, b_buf = (bufs["rhs"], bufs["lhs"]) if plan.swapped else (bufs["lhs"], bufs["rhs"])
+
+    def matrix(layout, b):
+        r, c = np.meshgrid(np.arange(layout.rows), np.arange(layout.cols), indexing="ij")
+        return layout.offset(b, r, c)
+    for b in range(plan.batch):
+        a = a_buf[matrix(plan.a, b)].astype(np.float64)
+        m = b_buf[matrix(plan.b, b)].astype(np.float64)
+        d = alpha * (a @ m)
+        if bias is not None:
+            d = d + bias.astype(np.float64)[:, None]
+        assert plan.d.order == "column"
+        bufs["d"][matrix(plan.d, b)] = d
+    return bufs["d"]
+
+
+PLAN_CASES = {
+    "row_major": Case(**MM, alpha=(0.5, 0.0), epilogue="BIAS", bias="f32[48]{0}"),
+    "column_major_operands": replace(CASES["column_major_operands"], epilogue="BIAS"),
+    "column_major_output": CASES["column_major_output_bias"],
+    "transposed_contraction": replace(CASES["transposed_contraction"], epilogue="DEFAULT"),
+    "batch_bcr": CASES["batch"],
+    "batch_rbc_lhs": Case(a="f32[4,33,40]{2,0,1}", b="f32[4,40,24]{1,2,0}", out="f32[4,33,24]{2,1,0}",
+                          lb=(0,), rb=(0,), lc=(2,), rc=(1,)),
+    "batch_cbr_output": Case(a="f32[4,33,40]{2,1,0}", b="f32[4,40,24]{2,1,0}", out="f32[4,33,24]{1,0,2}",
+                             lb=(0,), rb=(0,), lc=(2,), rc=(1,), epilogue="BIAS", bias="f32[33]{0}"),
+    "batch_folded_rhs": CASES["batch_folded_rhs_broadcast"],
+    "two_free_dims": Case(a="f32[2,16,40]{2,1,0}", b="f32[40,24]{1,0}", out="f32[2,16,24]{2,1,0}", lc=(2,),
+                          rc=(0,)),
+    "bert_attention_scores": CASES["bert_attention_scores"],
+    "f8_row_col": CASES["f8_bf16_out"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLAN_CASES))
+def test_blas_plan_drives_a_column_major_blas_over_physical_buffers(name):
+    from hlo_compile.runtime.blas_plan import blas_plan
+    from hlo_compile.runtime.physical import from_physical, to_physical
+    case = PLAN_CASES[name]
+    module = parse_module(call_text(case))
+    inst = module.entry.instruction("cc")
+    call = parse_gemm_call(inst)
+    shapes = [op.shape for op in inst.operands]
+    plan = blas_plan(call, shapes)
+    assert plan.swapped == (call.output.minor_to_major[0] == call.output.rank - 1)
+    args = inputs(case, seed=8)
+    bufs = {"lhs": to_physical(args[0], shapes[0]), "rhs": to_physical(args[1], shapes[1]),
+            "d": np.zeros(call.output.physical_size(), np.float64)}
+    scale = case.scales[0] * case.scales[1] if case.f8 else 1.0
+    bias = args[call.bias] if call.bias is not None else None
+    d = from_physical(_column_major_blas(plan, bufs, case.alpha[0] * scale, bias), call.output.with_element_type("f64"))
+    want = _flat(evaluate_module(module, args))[0]
+    _check([want], [d.astype(want.dtype)])
+
+
+def test_blas_plan_layouts_match_xla():
+    """Hand-worked MatrixLayout::For results: (order, rows, cols, ld, batch stride) per matrix."""
+    from hlo_compile.runtime.blas_plan import blas_plan
+
+    def plan(case):
+        inst = parse_module(call_text(case)).entry.instruction("cc")
+        return blas_plan(parse_gemm_call(inst), [op.shape for op in inst.operands])
+
+    def view(m):
+        return (m.order, m.rows, m.cols, m.ld, m.batch_stride)
+    p = plan(CASES["default"])            # row-major D: swapped, B^T A^T, all column-major views
+    assert p.swapped and (p.m, p.n, p.k, p.batch) == (48, 64, 40, 1)
+    assert [view(m) for m in (p.a, p.b, p.d)] == [("column", 48, 40, 48, 0), ("column", 40, 64, 40, 0),
+                                                  ("column", 48, 64, 48, 0)]
+    p = plan(CASES["column_major_output_bias"])   # column-major D: no swap; A column-major, B row-major
+    assert not p.swapped and [view(m) for m in (p.a, p.b, p.d)] == [
+        ("column", 64, 40, 64, 0), ("row", 40, 48, 48, 0), ("column", 64, 48, 64, 0)]
+    p = plan(PLAN_CASES["batch_rbc_lhs"])   # lhs (R,B,C): row-major, ld = B*C, batch stride C
+    assert p.swapped and view(p.b) == ("column", 40, 33, 160, 40) and p.batch == 4
+    p = plan(CASES["batch_folded_rhs_broadcast"])   # the rhs without batch dims: stride 0, 3 batches
+    assert p.swapped and p.a.batch == 3 and p.a.batch_stride == 0 and p.b.batch_stride == 33 * 40
+
+
+def test_blas_plan_refuses_batch_most_minor():
+    from hlo_compile.runtime.blas_plan import blas_plan
+    case = replace(CASES["batch"], a="f32[4,33,40]{0,2,1}")
+    inst = parse_module(call_text(case)).entry.instruction("cc")
+    with pytest.raises(HloUnsupportedError, match="not physically grouped|most minor"):
+        blas_plan(parse_gemm_call(inst), [op.shape for op in inst.operands])
