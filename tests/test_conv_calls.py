@@ -403,6 +403,7 @@ CONVS = {
     "conv1d_ncw": Conv("bf0_oi0->bf0", 2, 8, 16, (30,), (3,), pad=((1, 1),)),
     "conv3d_ndhwc": Conv("b012f_012io->b012f", 2, 8, 16, (6, 7, 5), (3, 3, 3), pad=((1, 1), (1, 1), (1, 1))),
     "grouped_nchw": Conv(NCHW, 2, 16, 32, (9, 9), (3, 3), pad=((1, 1), (1, 1)), groups=4),
+    "grouped2_nhwc": Conv(NHWC, 2, 32, 64, (8, 8), (3, 3), stride=(2, 2), pad=((1, 1), (1, 1)), groups=2),
     "depthwise_nhwc": Conv(NHWC, 2, 16, 16, (10, 10), (3, 3), pad=((1, 1), (1, 1)), groups=16),
     "depthwise_mult2_stride": Conv(NHWC, 2, 8, 16, (9, 9), (3, 3), stride=(2, 2), pad=((1, 1), (1, 1)), groups=8),
     "odd_labels": Conv("f01b_i01o->01bf", 3, 8, 12, (7, 9), (3, 2), pad=((1, 1), (0, 1))),
@@ -414,7 +415,7 @@ FORWARD_CASES = ["nhwc_3x3_pad", "nchw_stride_pad", "nhwc_dilated", "conv1d_nwc_
                  "conv3d_ndhwc", "grouped_nchw", "depthwise_nhwc", "depthwise_mult2_stride", "odd_labels",
                  "nchw_physically_nhwc"]
 BACKWARD_CASES = ["nhwc_3x3_pad", "nchw_stride_pad", "nhwc_dilated", "conv1d_nwc_stride", "conv3d_ndhwc",
-                  "grouped_nchw", "depthwise_mult2_stride", "odd_labels", "nchw_physically_nhwc"]
+                  "grouped_nchw", "grouped2_nhwc", "depthwise_mult2_stride", "odd_labels", "nchw_physically_nhwc"]
 
 MEASURED: dict[str, dict] = {}
 
@@ -498,6 +499,25 @@ def test_resnet_strided_projection_backward():
     cv = Conv(NHWC, 4, 64, 128, (56, 56), (3, 3), stride=(2, 2), pad=((1, 1), (1, 1)))
     for kind in ("bwd_input", "bwd_filter"):
         MEASURED[f"resnet_s2/{kind}"] = check_case(kind, cv)
+
+
+@pytest.mark.parametrize("kind,name,emitter", [
+    ("bwd_input", "nchw_stride_pad", "convolution"),    # lhs dilation = the forward stride
+    ("bwd_input", "grouped2_nhwc", "convolution"),      # the regrouped kernel as a fused prologue
+    ("bwd_filter", "grouped2_nhwc", "convolution"),     # batch groups
+    ("bwd_input", "depthwise_mult2_stride", "loop"),    # one feature per group: the emitter declines
+    ("fwd", "depthwise_nhwc", "loop"),
+])
+def test_hlo_run_on_host(tmp_path, kind, name, emitter):
+    """``hlo-run FILE --platform=host`` runs the lowered call (checked against the interpreter),
+    on the implicit-GEMM convolution emitter or, where it declines, the loop emitter."""
+    text = call_text(kind, CONVS[name], scratch=128)
+    (k,) = plan_module(parse_module(text), CompileOptions(conv="generated")).kernels
+    assert k.analysis.emitter == emitter, k.analysis.reason
+    path = tmp_path / f"{kind}.hlo"
+    path.write_text(text)
+    r = CliRunner().invoke(hlo_run, [str(path), "--platform=host", "--seed=3"])
+    assert r.exit_code == 0 and "match the interpreter" in r.output, r.output
 
 
 # ---- the lowering's shape -------------------------------------------------------------------------
@@ -681,3 +701,114 @@ def test_report_measurements():
         pytest.skip("no case ran")
     for name, errs in sorted(MEASURED.items()):
         print(f"{name:40s} " + " ".join(f"{k}={v:.2e}" for k, v in errs.items()))
+
+
+# ---- the cuDNN step (cuda platform; no GPU here: its plumbing against a stand-in frontend) ----------
+
+class _FakeTensor:
+    def __init__(self, log, what, **kw):
+        self.log, self.what, self.kw = log, what, kw
+
+    def __getattr__(self, name):          # set_output / set_dim / set_stride / set_data_type
+        def setter(value):
+            self.kw[name] = value
+            return self
+        return setter
+
+
+class _FakeCudnn:
+    """Records what the step asks of ``cudnn`` (names from notes/xla-gpu-calls.md §7.3)."""
+
+    class data_type:
+        HALF, BFLOAT16, FLOAT, DOUBLE, INT8, INT32 = "half", "bf16", "float", "double", "int8", "int32"
+
+    class heur_mode:
+        A, FALLBACK = "A", "FALLBACK"
+
+    def __init__(self):
+        self.log = []
+
+    def create_handle(self):
+        return "handle"
+
+    def pygraph(self, **kw):
+        log = self.log
+        log.append(("pygraph", kw))
+
+        class G:
+            def __getattr__(self, name):
+                def op(*args, **kw):
+                    log.append((name, dict(kw, args=args) if args else kw))
+                    if name in ("tensor", "conv_fprop", "conv_dgrad", "conv_wgrad", "add", "relu"):
+                        return _FakeTensor(log, name, **kw)
+                    return 0
+                return op
+        return G()
+
+
+class _FakeDevicePlatform:
+    name = "cuda"
+    device = object()
+
+    class _Buf:
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+    def __init__(self):
+        self.next = 0x1000
+
+    def allocate(self, shape):
+        self.next += 0x1000
+        return self._Buf(self.next)
+
+    def free(self, data):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+def _step(text: str, name: str):
+    from hlo_compile.runtime.cudnn_steps import CudnnConvolution
+    inst = parse_module(text).entry.instruction(name)
+    return CudnnConvolution(inst, None), inst
+
+
+def test_cudnn_step_plumbing(monkeypatch):
+    import sys
+    from hlo_compile.runtime.steps import Frame, Resources
+    from hlo_compile.runtime.values import Buffer
+    fake = _FakeCudnn()
+    monkeypatch.setitem(sys.modules, "cudnn", fake)
+    cv = CONVS["nchw_physically_nhwc"]
+    step, inst = _step(call_text("bwd_input", replace(cv, stride=(2, 2), x_sp=(9, 9))), "cudnn-conv-bw-input")
+    frame = Frame(Resources({}, None), [])
+    for k, op in enumerate(inst.operands):
+        frame.values[op] = Buffer(op.shape, _FakeDevicePlatform._Buf(0x100 * (k + 1)))
+    step.run(_FakeDevicePlatform(), frame)
+    calls = dict((n, kw) for n, kw in fake.log if n != "tensor")
+    tensors = [kw for n, kw in fake.log if n == "tensor"]
+    # dims in cuDNN's order, strides of the physically NHWC buffers (layout {1,3,2,0})
+    assert tensors[0] == {"name": "y", "dim": [2, 24, 5, 5], "stride": [600, 1, 120, 24], "data_type": "float"}
+    assert tensors[1]["dim"] == [24, 16, 3, 3] and tensors[1]["stride"] == [144, 1, 48, 16]
+    assert calls["conv_dgrad"]["stride"] == [2, 2] and calls["conv_dgrad"]["pre_padding"] == [1, 1]
+    assert "check_support" in calls and "build_plans" in calls
+    pointers, workspace = calls["execute"]["args"]
+    by_name = {t.kw.get("name", t.what): ptr for t, ptr in pointers.items()}
+    result = frame.values[inst][0]
+    assert by_name == {"y": 0x100, "w": 0x200, "conv_dgrad": result.data.ptr}
+    assert result.shape == parse_conv_call(inst).result and calls["execute"]["handle"] == "handle"
+    dx = next(t for t in pointers if t.what == "conv_dgrad")
+    assert dx.kw["set_dim"] == [2, 16, 9, 9] and dx.kw["set_stride"] == [1296, 1, 144, 16]
+
+
+def test_cudnn_step_refusals(monkeypatch):
+    import sys
+    from hlo_compile.hlo.errors import HloUnsupportedError
+    from hlo_compile.runtime.steps import Frame, Resources
+    with pytest.raises(HloUnsupportedError, match=r"%cudnn-conv-bias-activation .*activation kElu"):
+        _step(call_text("bias", CONVS["nhwc_3x3_pad"], Epilogue("kElu")), "cudnn-conv-bias-activation")
+    step, _ = _step(call_text("fwd", CONVS["nhwc_3x3_pad"]), "cudnn-conv")
+    monkeypatch.setitem(sys.modules, "cudnn", None)   # not installed
+    with pytest.raises(HloUnsupportedError, match="nvidia-cudnn-frontend"):
+        step.run(_FakeDevicePlatform(), Frame(Resources({}, None), []))

@@ -1,6 +1,176 @@
-"""Steps that run cudnn library calls on the cuda platform (see ``library_steps.py``)."""
+"""Steps that run cudnn library calls on the cuda platform (see ``library_steps.py``).
+
+The cuDNN convolution calls (``hlo/conv_call.py``) through the cuDNN frontend's Python graph
+API (``import cudnn``, package nvidia-cudnn-frontend; notes/xla-gpu-calls.md §7.3): one graph
+per call, built on its first run and kept, with the call's forward window
+(``conv_fprop``/``conv_dgrad``/``conv_wgrad``, pre/post padding, strides, dilations). Tensors
+are described in cuDNN's canonical order (N, C, spatial...; filters K, C, spatial...) with the
+element strides of our buffers' layouts, so no data is moved; a 1-D convolution gets a unit
+spatial dimension in front, as XLA passes it. Bias-activation runs only in the form cuDNN's
+graph takes without scalars: ``relu?(conv + side_input + bias)`` (scales 1); other scales and
+activations, reversed windows, and graph capture are refused by name.
+
+UNTESTED ON A GPU: written without a GPU or the package at hand, from the frontend's
+documented API; the generated path (``--conv=generated``, our kernels) is the tested one.
+"""
 from __future__ import annotations
 
 from typing import Any, Callable
 
-STEPS: dict[str, Callable[[Any, Any], Any]] = {}
+from ..hlo import HloInstruction, Shape
+from ..hlo.conv_call import TARGET_KINDS, ConvCall, ConvKind, parse_conv_call
+from ..hlo.errors import HloUnsupportedError
+from .platform import Platform
+from .steps import Frame, Step
+from .values import Buffer
+
+_HANDLES: dict[int, Any] = {}   # id(platform) -> cudnn handle
+
+
+class CudnnConvolution(Step):
+    """One cuDNN convolution call: its result and a (zeroed-on-allocation-free) scratch leaf."""
+
+    def __init__(self, inst: HloInstruction, builder: Any):
+        super().__init__(inst)
+        self.call = parse_conv_call(inst)
+        why = _unsupported(self.call)
+        if why:
+            raise HloUnsupportedError(f"custom-call %{inst.name} ({self.call.target}) through cuDNN: {why}; "
+                                      "use --conv=generated", inst.location)
+        self.graph: Any = None
+        self.tensors: dict[str, Any] = {}
+        self.workspace = 0
+
+    def run(self, platform: Platform, frame: Frame) -> None:
+        device = getattr(platform, "device", None)
+        if platform.name != "cuda" or device is None:
+            raise HloUnsupportedError(f"custom-call %{self.inst.name}: cuDNN runs on the cuda platform only "
+                                      "(not inside a captured graph)", self.inst.location)
+        cudnn = _cudnn(self.inst)
+        handle = _HANDLES.get(id(platform))
+        if handle is None:
+            handle = _HANDLES[id(platform)] = cudnn.create_handle()
+        if self.graph is None:
+            self._build(cudnn, handle)
+        call = self.call
+        out = Buffer(call.result, platform.allocate(call.result))
+        scratch = Buffer(call.scratch, platform.allocate(call.scratch))
+        work = platform.allocate(Shape.array("u8", [max(self.workspace, 1)]))
+        pointers = {self.tensors[role]: frame.values[op].data.ptr
+                    for role, op in zip(call.operand_roles, self.inst.operands)}
+        pointers[self.tensors["out"]] = out.data.ptr
+        try:
+            self.graph.execute(pointers, work.ptr, handle=handle)
+            platform.synchronize()
+        finally:
+            platform.free(work)
+        value = [out, scratch]
+        frame.own(value)
+        frame.values[self.inst] = value
+
+    # ---- the graph ---------------------------------------------------------------------------
+
+    def _build(self, cudnn: Any, handle: Any) -> None:
+        call = self.call
+        types = {"f16": cudnn.data_type.HALF, "bf16": cudnn.data_type.BFLOAT16, "f32": cudnn.data_type.FLOAT,
+                 "f64": cudnn.data_type.DOUBLE, "s8": cudnn.data_type.INT8, "s32": cudnn.data_type.INT32}
+        compute = {"f64": cudnn.data_type.DOUBLE}.get(call.x.element_type,
+                                                      cudnn.data_type.INT32 if call.is_integer else cudnn.data_type.FLOAT)
+        g = cudnn.pygraph(io_data_type=types[call.x.element_type], intermediate_data_type=cudnn.data_type.FLOAT,
+                          compute_data_type=compute, handle=handle)
+
+        def tensor(role: str) -> Any:
+            shape = {"x": call.x, "w": call.w, "y": call.y}[role]
+            dim, stride = canonical_dims_strides(call, role)
+            return g.tensor(name=role, dim=dim, stride=stride, data_type=types[shape.element_type])
+
+        pads = [(wd.padding_low, wd.padding_high) for wd in call.window]
+        conv = dict(pre_padding=[lo for lo, _ in pads], post_padding=[hi for _, hi in pads],
+                    stride=[wd.stride for wd in call.window], dilation=[wd.window_dilation for wd in call.window])
+        if call.spatial_rank == 1:   # a unit spatial dimension in front, as XLA passes 1-D convolutions
+            conv = {k: ([0] if "padding" in k else [1]) + v for k, v in conv.items()}
+        roles = call.operand_roles
+        ins = {r: tensor(r) for r in roles if r in ("x", "w", "y")}
+        if call.kind is ConvKind.BACKWARD_INPUT:
+            out = g.conv_dgrad(loss=ins["y"], filter=ins["w"], **conv)
+        elif call.kind is ConvKind.BACKWARD_FILTER:
+            out = g.conv_wgrad(image=ins["x"], loss=ins["y"], **conv)
+        else:
+            out = g.conv_fprop(image=ins["x"], weight=ins["w"], compute_data_type=compute, **conv)
+            if call.kind is ConvKind.BIAS_ACTIVATION:
+                if call.uses_side_input:
+                    dim, stride = canonical_dims_strides(call, "y")
+                    ins["side_input"] = g.tensor(name="side_input", dim=dim, stride=stride,
+                                                 data_type=types[call.side_input.element_type])
+                    out = g.add(a=out, b=ins["side_input"])
+                ins["bias"] = g.tensor(name="bias", dim=_bias_dims(call), stride=_bias_strides(call),
+                                       data_type=types[call.bias.element_type])
+                out = g.add(a=out, b=ins["bias"])
+                if call.activation == "kRelu":
+                    out = g.relu(input=out)
+        dim, stride = canonical_dims_strides(call, call.result_role)
+        out.set_output(True).set_dim(dim).set_stride(stride).set_data_type(types[call.result.element_type])
+        g.validate()
+        g.build_operation_graph()
+        g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        g.check_support()
+        g.build_plans()
+        self.workspace = int(g.get_workspace_size())
+        self.tensors = {**ins, "out": out}
+        self.graph = g
+
+
+def canonical_dims_strides(call: ConvCall, role: str) -> tuple[list[int], list[int]]:
+    """``role``'s dims in cuDNN's order (N, C, spatial... / K, C, spatial...) and the element
+    strides of our buffer (its layout's minor_to_major); 1-D gets a unit dim before the spatial one."""
+    dn = call.dnums
+    shape = {"x": call.x, "w": call.w, "y": call.y}[role]
+    order = {"x": (dn.input_batch_dimension, dn.input_feature_dimension, *dn.input_spatial_dimensions),
+             "w": (dn.kernel_output_feature_dimension, dn.kernel_input_feature_dimension,
+                   *dn.kernel_spatial_dimensions),
+             "y": (dn.output_batch_dimension, dn.output_feature_dimension, *dn.output_spatial_dimensions)}[role]
+    strides = [0] * shape.rank
+    step = 1
+    for d in shape.minor_to_major:
+        strides[d] = step
+        step *= shape.dimensions[d]
+    dim = [shape.dimensions[d] for d in order]
+    stride = [strides[d] for d in order]
+    if call.spatial_rank == 1:
+        dim.insert(2, 1)
+        stride.insert(2, stride[2] * dim[3])
+    return dim, stride
+
+
+def _bias_dims(call: ConvCall) -> list[int]:
+    return [1, call.bias.dimensions[0]] + [1] * max(call.spatial_rank, 2)
+
+
+def _bias_strides(call: ConvCall) -> list[int]:
+    return [call.bias.dimensions[0], 1] + [1] * max(call.spatial_rank, 2)
+
+
+def _unsupported(call: ConvCall) -> str | None:
+    if call.reversed:
+        return "reversed windows (true convolutions) are not passed to cuDNN here"
+    if any(d.layout is not None and d.layout.has_suffixes() for d in (call.x, call.w, call.y)):
+        return "tiled or annotated layouts"
+    if call.kind is ConvKind.BIAS_ACTIVATION:
+        if call.conv_result_scale != 1.0 or call.side_input_scale not in (0.0, 1.0):
+            return "scales other than 1 (only relu?(conv + side_input + bias) is built)"
+        if call.activation not in ("kNone", "kRelu"):
+            return f"activation {call.activation}"
+    return None
+
+
+def _cudnn(inst: HloInstruction) -> Any:
+    try:
+        import cudnn
+    except ImportError:
+        raise HloUnsupportedError(f"custom-call %{inst.name}: the cuDNN frontend (pip install "
+                                  "nvidia-cudnn-frontend) is not installed; use --conv=generated",
+                                  inst.location) from None
+    return cudnn
+
+
+STEPS: dict[str, Callable[[Any, Any], Any]] = {t: CudnnConvolution for t in TARGET_KINDS}
