@@ -11,7 +11,9 @@ intermediate in f32:
     stats_i = m_i + log(l_i)                            (log-sum-exp)
 
 A row with every score -inf (a padded query row, or an empty key range) has ``l = 0``: its
-output is 0 and its stats -inf. The backward recomputes P = exp(S - stats) from the stats it
+output is 0 and its stats -inf, except on padded query rows (``i >= q_seqlen[b]``), which
+cuDNN does not write and XLA zero-fills before the call (``should_memzero``): stats 0 there.
+The backward recomputes P = exp(S - stats) from the stats it
 is given (0 where S is -inf) and returns
 
     dP = dO.V^T,  delta_i = sum_d dO[i,d] O[i,d],  dS = P * (dP - delta)
@@ -85,6 +87,9 @@ def _forward(call: FmhaCall, ops) -> tuple:
         l = e.sum(axis=-1, keepdims=True, dtype=F32)
         o = np.einsum("bnts,bnsd->bntd", e, v, dtype=F32) / np.where(l == 0, F32(1), l)
         stats = (m + np.log(l))[..., 0]
+    if call.padding:
+        q_len = np.asarray(ops[call.q_seqlen]).astype(np.int64).reshape(-1, 1, 1)
+        stats = np.where(np.arange(call.q_len)[None, None, :] >= q_len, F32(0), stats)
     out = [o.astype(dtype_of(call.element_type))]
     if call.stats is not None:
         out.append(stats.astype(F32))

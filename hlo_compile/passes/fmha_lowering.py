@@ -10,7 +10,8 @@ every intermediate in f32 and the scores ``[B, N, T, S]``:
   the query and key positions, the sequence lengths broadcast over the batch) replaced by
   -inf with ``select``; ``m = reduce-max(S)``, ``e = exp(S - m)`` (``m`` taken as 0 on an
   all -inf row), ``l = reduce-sum(e)``, ``O = dot(e, V) / l`` (``l`` taken as 1 where it is 0,
-  so such rows give 0), ``stats = m + log(l)``;
+  so such rows give 0), ``stats = m + log(l)`` (0 on padded query rows, which cuDNN leaves
+  as XLA zero-filled them);
 - backward: ``P = exp(S - stats)`` (0 where S is -inf), ``dP = dot(dO, V)``,
   ``delta = reduce-sum(dO * O)``, ``dS = P * (dP - delta)``; ``dQ = dot(scale dS, K)``,
   ``dK = dot(scale dS^T, Q)``, ``dV = dot(P^T, dO)`` (``reduce`` over a head group for
@@ -121,7 +122,12 @@ def _forward(b: "_Builder", info: FmhaCall) -> list[HloInstruction]:
     o = b.binary("divide", o, b.broadcast(l_safe, o.shape.dimensions, (0, 1, 2)))
     out = [b.convert(o, info.element_type)]
     if info.stats is not None:
-        out.append(b.binary("add", m, b.unary("log", l)))
+        stats = b.binary("add", m, b.unary("log", l))
+        if info.padding:
+            rows = m.shape.dimensions
+            padded = b.compare(b.iota(rows, 2), b.broadcast(b.call.operands[info.q_seqlen], rows, (0,)), "GE")
+            stats = b.select(padded, b.splat(b.f32(0.0), rows), stats)
+        out.append(stats)
     return out
 
 
