@@ -27,7 +27,7 @@ from . import elemental_arith, elemental_convert, elemental_math  # noqa: F401  
 from .elemental_convert import emit_convert, emit_reduce_precision
 from .elemental_math import MATH_FUNCTIONS
 from .elemental_table import OPS, OpContext, int_const, narrow, widen
-from .llvm_types import BFLOAT, F16, F32, F64, I1, UnsupportedElementType, compute_type
+from .llvm_types import BFLOAT, F16, F32, F64, I1, I8, UnsupportedElementType, compute_type, is_f8
 from .target import Target
 
 __all__ = ["emit_scalar_op", "emit_constant_scalar", "emit_call_computation", "emit_convert",
@@ -107,6 +107,8 @@ def emit_constant_scalar(value: Any, et: str) -> ir.Constant:
     t = compute_type(et)
     if t == I1:
         return ir.Constant(I1, bool(np.asarray(value)))
+    if is_f8(et):  # the raw bits of the value rounded as the literal's type
+        return ir.Constant(I8, int(np.asarray(value).astype(numpy_dtype(et)).view(np.uint8)))
     if isinstance(t, ir.IntType):
         return int_const(t, int(np.asarray(value)))
     bits = _float_bits(value, et)
@@ -163,11 +165,18 @@ def _call(b: ir.IRBuilder, target: Target, inst: HloInstruction, ops: list[Value
     return _emit_computation(b, target, inst.to_apply, ops)
 
 
+def _fusion(b: ir.IRBuilder, target: Target, inst: HloInstruction, ops: list[Value]) -> Value:
+    """A fusion inside a scalar computation (a reducer or comparator that XLA's passes fused)
+    means its fused computation applied to the operands, as a call."""
+    return _emit_computation(b, target, inst.fused_computation, ops)
+
+
 _STRUCTURAL: dict[str, Callable[[ir.IRBuilder, Target, HloInstruction, list[Value]], Value]] = {
     "constant": lambda b, t, inst, ops: emit_constant_scalar(_scalar_literal(inst), inst.shape.element_type),
     "tuple": lambda b, t, inst, ops: tuple(ops),
     "get-tuple-element": lambda b, t, inst, ops: ops[0][inst.tuple_index],
     "call": _call,
+    "fusion": _fusion,
     "bitcast": _same_value,
     "reshape": _same_value,
     "broadcast": _same_value,
