@@ -555,3 +555,42 @@ def test_dropout_targets_with_rate_zero_compute_plain_attention():
     ref = reference(c, args)
     assert_close(_canon(want[0], c.layout), ref["o"], 2 * EPS["bf16"], "dropout-target O")
     assert_close(got[0], want[0], 2 * EPS["bf16"], "dropout-target host O")
+
+
+# ---- a module JAX itself wrote ---------------------------------------------------------------
+
+def _jax_attention_module(monkeypatch) -> str:
+    """The grad of ``sum(dot_product_attention(...))`` lowered by JAX for CUDA, as HLO text.
+    JAX checks the installed cuDNN and GPU while tracing; those checks are stubbed (nothing
+    runs), so the text is what JAX writes on a GPU machine."""
+    jax = pytest.importorskip("jax")
+    try:
+        from jax._src.cudnn import fused_attention_stablehlo as fa
+        monkeypatch.setattr(fa, "check_cudnn_version", lambda: 91000)
+        monkeypatch.setattr(fa, "check_compute_capability", lambda capability: False)
+        monkeypatch.setattr(fa, "is_cuda_compute_capability_equal", lambda capability: False)
+        jnp = jax.numpy
+
+        def loss(q, k, v, bias):
+            out = fa.dot_product_attention(q, k, v, bias, scale=0.125, mask_type=fa.MaskType.CAUSAL)
+            return out.astype(jnp.float32).sum()
+        q = jax.ShapeDtypeStruct((2, 16, 4, 8), jnp.bfloat16)
+        kv = jax.ShapeDtypeStruct((2, 16, 2, 8), jnp.bfloat16)
+        bias = jax.ShapeDtypeStruct((1, 4, 16, 16), jnp.bfloat16)
+        traced = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3))).trace(q, kv, kv, bias)
+        return traced.lower(lowering_platforms=("cuda",)).as_text(dialect="hlo")
+    except Exception as e:    # JAX's private API moved: nothing to check here
+        pytest.skip(f"JAX could not lower cuDNN attention here: {e}")
+
+
+def test_module_written_by_jax(monkeypatch):
+    text = _jax_attention_module(monkeypatch)
+    assert "__cudnn$fmhaScaleBiasSoftmaxBackward" in text and "{3,1,2,0}" in text
+    c = Case(N=4, Nk=2, T=16, S=16, H=8, mask="CAUSAL", bias=(1, 4, 16, 16), backward=True)
+    args = make_inputs(c, 13)[:4]
+    want, got, _ = run_both(c, args, text)
+    ref = reference(c, args + [np.ones(c.user(c.N, c.T, c.H), NP_TYPES[c.et])])   # d(sum)/dO = 1
+    for name, w, g in zip(("dq", "dk", "dv", "dbias"), want, got):
+        assert_close(g, w, 2 * EPS[c.et], f"host~interp jax module {name}")
+        mine = w if name == "dbias" else _canon(w, c.layout)
+        assert_close(mine, ref[name], 8 * EPS[c.et], f"interp~reference jax module {name}")
