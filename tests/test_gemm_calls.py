@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -419,28 +420,23 @@ def test_f8_output_saturates_and_amax_is_before_d_scale():
 
 # ---- (a) the host platform -------------------------------------------------------------------------------
 
-# the code generator has no F8 arithmetic yet (codegen/llvm_types.py): those calls are lowered
-# (checked on the interpreter below) and then refused by name on the host
-F8_CASES = sorted(n for n, c in CASES.items() if c.f8)
-HOST_CASES = sorted(n for n in CASES if n not in F8_CASES)
-
-
-@pytest.mark.parametrize("name", HOST_CASES)
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_host_matches_interpreter(name):
     case = CASES[name]
     module = parse_module(call_text(case))
     args = inputs(case, seed=4)
-    got = _flat(compile_executable(module, "host").run(args))
+    try:
+        exe = compile_executable(module, "host")
+    except HloUnsupportedError as e:
+        # F8 arithmetic is being added to the code generator (codegen/f8.py); until then an F8
+        # call is lowered (checked on the interpreter below) and refused by name and line
+        if case.f8 and re.search(r"element type f8e\w+ has no LLVM code generation yet", e.message):
+            assert e.location.line == module.entry.instruction("cc").location.line
+            pytest.xfail("no F8 code generation yet")
+        raise
+    got = _flat(exe.run(args))
     want = _flat(evaluate_module(module, args))
     _check(want, got)
-
-
-@pytest.mark.parametrize("name", F8_CASES)
-def test_host_refuses_f8_by_name(name):
-    module = parse_module(call_text(CASES[name]))
-    with pytest.raises(HloUnsupportedError, match=r"element type f8e\w+ has no LLVM code generation yet") as e:
-        compile_executable(module, "host")
-    assert e.value.location.line == module.entry.instruction("cc").location.line
 
 
 @pytest.mark.parametrize("name", sorted(CASES) + sorted(INTERPRETER_ONLY))
@@ -742,3 +738,138 @@ def test_blas_plan_refuses_batch_most_minor():
     inst = parse_module(call_text(case)).entry.instruction("cc")
     with pytest.raises(HloUnsupportedError, match="not physically grouped|most minor"):
         blas_plan(parse_gemm_call(inst), [op.shape for op in inst.operands])
+
+
+# ---- the cuBLASLt step (runtime/cublas_steps.py), without a GPU ----------------------------------------
+
+class _FakeLt:
+    """Records what the step hands cuBLASLt: attribute values read back from their host buffers."""
+
+    class MatmulDescAttribute:
+        (TRANSA, TRANSB, EPILOGUE, BIAS_POINTER, EPILOGUE_AUX_POINTER, EPILOGUE_AUX_LD, EPILOGUE_AUX_BATCH_STRIDE,
+         A_SCALE_POINTER, B_SCALE_POINTER, D_SCALE_POINTER, AMAX_D_POINTER) = (3, 4, 7, 8, 11, 12, 13, 17, 18, 20, 21)
+
+    class MatrixLayoutAttribute:
+        ORDER, BATCH_COUNT, STRIDED_BATCH_OFFSET = 1, 5, 6
+
+    class MatmulPreferenceAttribute:
+        MAX_WORKSPACE_BYTES = 1
+
+    class MatmulHeuristicResult:
+        def __init__(self, n):
+            self.ptr = 1000
+
+    def __init__(self):
+        self.desc, self.layouts, self.calls = {}, [], []
+
+    def _read(self, ptr, dtype):
+        import ctypes
+        return np.frombuffer((ctypes.c_char * np.dtype(dtype).itemsize).from_address(ptr), dtype=dtype)[0]
+
+    def create(self):
+        return 1
+
+    def matmul_desc_create(self, compute, scale):
+        self.compute = (compute, scale)
+        return 2
+
+    def get_matmul_desc_attribute_dtype(self, attr):
+        return np.int32 if attr in (3, 4, 7) else np.int64
+
+    def matmul_desc_set_attribute(self, desc, attr, ptr, size):
+        self.desc[attr] = int(self._read(ptr, np.uint64 if size == 8 else np.int32))
+
+    def get_matrix_layout_attribute_dtype(self, attr):
+        return np.int64 if attr == 6 else np.int32
+
+    def matrix_layout_create(self, dtype, rows, cols, ld):
+        self.layouts.append({"type": dtype, "rows": rows, "cols": cols, "ld": ld})
+        return len(self.layouts)
+
+    def matrix_layout_set_attribute(self, layout, attr, ptr, size):
+        self.layouts[layout - 1][attr] = int(self._read(ptr, np.int64 if size == 8 else np.int32))
+
+    def matmul_preference_create(self):
+        return 3
+
+    def matmul_preference_set_attribute(self, *args):
+        pass
+
+    def matmul_algo_get_heuristic(self, handle, desc, a, b, c, d, pref, want, results, count_ptr):
+        import ctypes
+        ctypes.c_int32.from_address(count_ptr).value = 1
+
+    def matmul(self, handle, desc, alpha, a, adesc, b, bdesc, beta, c, cdesc, d, ddesc, algo, ws, ws_size, stream):
+        self.calls.append(dict(alpha=float(self._read(alpha, np.float32)), a=a, b=b, c=c, d=d, ws=ws,
+                               ws_size=ws_size))
+
+    def matrix_layout_destroy(self, layout):
+        pass
+
+    def matmul_preference_destroy(self, pref):
+        pass
+
+    def matmul_desc_destroy(self, desc):
+        pass
+
+
+class _FakePlatform:
+    def __init__(self):
+        self.next = 1 << 20
+
+    def allocate(self, shape):
+        self.next += 1 << 20
+        return self.next
+
+    def synchronize(self):
+        pass
+
+
+def _run_step(case: Case, monkeypatch):
+    from hlo_compile.runtime import cublas_steps
+    from hlo_compile.runtime.steps import Frame
+    from hlo_compile.runtime.values import Buffer
+    fake = _FakeLt()
+    monkeypatch.setattr(cublas_steps, "_bindings", lambda inst: fake)
+    monkeypatch.setattr(cublas_steps, "_HANDLES", {})
+    inst = parse_module(call_text(case)).entry.instruction("cc")
+    frame = Frame(resources=None, params=[])
+    for i, op in enumerate(inst.operands):
+        frame.values[op] = Buffer(op.shape, 0x1000 * (i + 1))
+    step = cublas_steps.STEPS[case.target](inst, None)
+    step.run(_FakePlatform(), frame)
+    return fake, frame.values[inst]
+
+
+def test_cublaslt_step_wiring_row_major_bias_gelu_aux(monkeypatch):
+    """Row-major D: A is XLA's rhs (operand 1, at 0x2000), B its lhs; bias and aux pointers set,
+    the aux ld/batch stride those of D's (transposed) view; column-major views of 48x64 D."""
+    fake, value = _run_step(replace(CASES["gelu_aux"], epilogue="BIAS_GELU_AUX", bias="f32[48]{0}",
+                                    alpha=(0.5, 0.0)), monkeypatch)
+    (call,) = fake.calls
+    d, aux, ws = (int(b.data) for b in value)
+    assert (call["a"], call["b"], call["c"], call["d"], call["ws"]) == (0x2000, 0x1000, 0, d, ws)
+    assert call["alpha"] == 0.5 and call["ws_size"] == 4194304 and fake.compute == (68, 0)
+    A = _FakeLt.MatmulDescAttribute
+    assert fake.desc[A.EPILOGUE] == 164 and fake.desc[A.BIAS_POINTER] == 0x3000
+    assert fake.desc[A.EPILOGUE_AUX_POINTER] == aux and fake.desc[A.EPILOGUE_AUX_LD] == 48
+    assert [(m["rows"], m["cols"], m["ld"], m[1]) for m in fake.layouts] == [
+        (48, 40, 48, 0), (40, 64, 40, 0), (48, 64, 48, 0), (48, 64, 48, 0)]
+
+
+def test_cublaslt_step_wiring_f8_scales_swap_with_operands(monkeypatch):
+    fake, value = _run_step(CASES["f8_f8_out_d_scale_amax"], monkeypatch)
+    A = _FakeLt.MatmulDescAttribute
+    # operands a, b, a_scale, b_scale, d_scale at 0x1000..0x5000; D row-major: swapped
+    assert (fake.desc[A.A_SCALE_POINTER], fake.desc[A.B_SCALE_POINTER]) == (0x4000, 0x3000)
+    assert fake.desc[A.D_SCALE_POINTER] == 0x5000 and fake.desc[A.AMAX_D_POINTER] == int(value[1].data)
+    assert [m["type"] for m in fake.layouts] == [28, 28, 14, 28]   # C typed bf16 when it is not read
+
+
+def test_cublaslt_step_refuses_without_bindings():
+    from hlo_compile.runtime.cublas_steps import CublasLtMatmul
+    if importlib.util.find_spec("nvmath") is not None:
+        pytest.skip("nvmath is installed here: the refusal cannot happen")
+    inst = parse_module(call_text(CASES["default"])).entry.instruction("cc")
+    with pytest.raises(HloUnsupportedError, match="'%cc': cuBLASLt bindings are not installed"):
+        CublasLtMatmul(inst).run(None, None)

@@ -81,6 +81,7 @@ class GemmCall:
     algorithm: str
     damax_output: bool
     output: Shape                       # D
+    selected_algorithm: int = 0         # cuBLASLt: entry of the heuristic list (legacy: -1 = default)
     a: int = 0
     b: int = 1
     c: int | None = None
@@ -172,11 +173,15 @@ def parse_gemm_call(inst: HloInstruction) -> GemmCall:
     operand_precision = tuple(str(p) for p in precision.get("operand_precision", ()) or ())
     algorithm = str(precision.get("algorithm", "ALG_UNSET"))
 
+    try:
+        selected = config_int(cfg.get("selected_algorithm"), 0 if target != LEGACY_GEMM else -1)
+    except (TypeError, ValueError):
+        raise refuse(f"selected_algorithm {cfg.get('selected_algorithm')!r} is not an integer") from None
     roles = _operand_roles(inst, target, beta != 0, epilogue, refuse)
     out, leaves = _result_leaves(inst, target, epilogue, damax, refuse)
     call = GemmCall(name=inst.name, target=target, epilogue=epilogue, alpha=alpha, beta=beta, dot_dims=dims,
                     operand_precision=operand_precision, algorithm=algorithm, damax_output=damax, output=out,
-                    location=inst.location, **roles, **leaves)
+                    selected_algorithm=selected, location=inst.location, **roles, **leaves)
     _check_shapes(inst, call, refuse)
     return call
 
