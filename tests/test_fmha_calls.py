@@ -88,7 +88,8 @@ def backend_config(c: Case, backward: bool, mask: str | None = None) -> str:
         "algorithm": {"algo_id": "0", "math_type": "TENSOR_OP_MATH", "tuning_knobs": {"17": "1", "24": "0"},
                       "is_cudnn_frontend": True, "workspace_size": "0"},
         "fmha_scale": c.scale,
-        "intermediate_tensor_shape": {"element_type": c.et.upper(), "dimensions": [str(d) for d in (c.B, c.N, c.T, c.S)],
+        "intermediate_tensor_shape": {"element_type": c.et.upper(),
+                                      "dimensions": [str(d) for d in (c.B, c.N, c.T, c.S)],
                                       "tuple_shapes": [], "layout": {"minor_to_major": ["3", "2", "1", "0"]},
                                       "is_dynamic_dimension": [False] * 4},
         "is_flash_attention": True,
@@ -201,7 +202,7 @@ def run_both(c: Case, args, text: str | None = None):
     module = parse_module(text or module_text(c))
     want = evaluate_module(module, args)
     got = compile_executable(module, "host").run(args)
-    flat = lambda r: [np.asarray(x) for x in (r if isinstance(r, tuple) else (r,))]  # noqa: E731
+    flat = lambda r: [np.asarray(x) for x in (r if isinstance(r, tuple) else (r,))]
     return flat(want), flat(got), module
 
 
@@ -349,7 +350,7 @@ def _check_with_jax(c: Case, args, want: dict) -> None:
         l_ = e.sum(axis=-1, keepdims=True)
         return jnp.einsum("bnts,bnsd->bntd", e / jnp.where(l_ == 0, 1.0, l_), jnp.repeat(v, G, axis=1))
 
-    loss = lambda q, k, v, bias: jnp.sum(attention(q, k, v, bias) * d_o)  # noqa: E731
+    loss = lambda q, k, v, bias: jnp.sum(attention(q, k, v, bias) * d_o)
     argnums = (0, 1, 2, 3) if c.bias else (0, 1, 2)
     grads = jax.grad(loss, argnums=argnums)(q, k, v, bias)
     eps = EPS[c.et]
@@ -376,7 +377,7 @@ def test_forward_padding_causal_gqa_with_an_empty_batch():
     c = Case(N=4, Nk=2, T=16, S=24, mask="PADDING_CAUSAL", training=True)
     check(c, seed=2, q_seqlen=[13, 16], kv_seqlen=[20, 0])
     args = make_inputs(c, 2, [13, 16], [20, 0])
-    want, got, _ = run_both(c, args)
+    _, got, _ = run_both(c, args)
     o = _canon(got[0], c.layout)
     assert np.all(o[1] == 0) and np.all(np.isneginf(got[1][1]))
     assert np.all(o[0, :, 13:] == 0) and np.all(got[1][0, :, 13:] == 0)   # padded query rows
@@ -422,7 +423,7 @@ def test_tuple_read_whole_keeps_a_zero_workspace():
     c = Case(training=True)
     text = module_text(c, root_call=True)
     args = make_inputs(c, 10)
-    want, got, module = run_both(c, args, text)
+    want, got, _ = run_both(c, args, text)
     assert [x.shape for x in got] == [(2, 4, 16, 16), (2, 4, 16), (0,)] and got[2].dtype == np.uint8
     assert_close(got[0], want[0], 2 * EPS["bf16"], "host~interp whole tuple O")
     assert_close(got[1], want[1], 1e-5, "host~interp whole tuple stats")
@@ -579,7 +580,8 @@ def _jax_attention_module(monkeypatch) -> str:
         bias = jax.ShapeDtypeStruct((1, 4, 16, 16), jnp.bfloat16)
         traced = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3))).trace(q, kv, kv, bias)
         return traced.lower(lowering_platforms=("cuda",)).as_text(dialect="hlo")
-    except Exception as e:    # JAX's private API moved: nothing to check here
+    except (AttributeError, ImportError, TypeError, ValueError, RuntimeError, NotImplementedError) as e:
+        # JAX's private API moved: nothing to check here
         pytest.skip(f"JAX could not lower cuDNN attention here: {e}")
 
 

@@ -23,8 +23,9 @@ kernels; the dots become dot kernels.
 """
 from __future__ import annotations
 
+import math
 import struct
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ..hlo import HloComputation, HloInstruction
 from ..hlo.attributes import Attribute, decode
@@ -62,7 +63,7 @@ LOWERINGS: dict[str, Callable[[HloComputation, HloInstruction], None]] = {t: low
 
 # ---- the math -------------------------------------------------------------------------------
 
-def _inputs(b: "_Builder", info: FmhaCall) -> tuple[HloInstruction, HloInstruction, HloInstruction]:
+def _inputs(b: _Builder, info: FmhaCall) -> tuple[HloInstruction, HloInstruction, HloInstruction]:
     """Q, K, V as f32 ``[B, N, seq, H]`` (K and V broadcast over each head group)."""
     ops = b.call.operands
     q = b.canonical(ops[info.q], info.q_roles)
@@ -71,7 +72,7 @@ def _inputs(b: "_Builder", info: FmhaCall) -> tuple[HloInstruction, HloInstructi
     return q, k, v
 
 
-def _scores(b: "_Builder", info: FmhaCall, q: HloInstruction, k: HloInstruction) -> tuple[HloInstruction, bool]:
+def _scores(b: _Builder, info: FmhaCall, q: HloInstruction, k: HloInstruction) -> tuple[HloInstruction, bool]:
     """``scale * Q.K^T + bias``, -inf where masked: f32 ``[B, N, T, S]``; and whether a row
     can hold -inf scores (a mask or a bias)."""
     dims = info.scores_dims
@@ -85,7 +86,7 @@ def _scores(b: "_Builder", info: FmhaCall, q: HloInstruction, k: HloInstruction)
     return s, masked is not None or info.bias is not None
 
 
-def _mask(b: "_Builder", info: FmhaCall) -> HloInstruction | None:
+def _mask(b: _Builder, info: FmhaCall) -> HloInstruction | None:
     """pred ``[B, N, T, S]``: the scores cuDNN sets to -inf, or None."""
     dims = info.scores_dims
     parts = []
@@ -109,7 +110,7 @@ def _mask(b: "_Builder", info: FmhaCall) -> HloInstruction | None:
     return out
 
 
-def _forward(b: "_Builder", info: FmhaCall) -> list[HloInstruction]:
+def _forward(b: _Builder, info: FmhaCall) -> list[HloInstruction]:
     q, k, v = _inputs(b, info)
     s, can_be_empty = _scores(b, info, q, k)
     dims = info.scores_dims
@@ -131,7 +132,7 @@ def _forward(b: "_Builder", info: FmhaCall) -> list[HloInstruction]:
     return out
 
 
-def _backward(b: "_Builder", info: FmhaCall) -> list[HloInstruction]:
+def _backward(b: _Builder, info: FmhaCall) -> list[HloInstruction]:
     ops = b.call.operands
     q, k, v = _inputs(b, info)
     d_o = b.canonical(ops[info.d_o], info.do_roles)
@@ -164,9 +165,9 @@ def _backward(b: "_Builder", info: FmhaCall) -> list[HloInstruction]:
 
 def _f32_text(x: float) -> str:
     """``x`` rounded to f32, as a literal that reads back to the same f32."""
-    if x != x:
+    if math.isnan(x):
         return "nan"
-    if x in (float("inf"), float("-inf")):
+    if math.isinf(x):
         return "inf" if x > 0 else "-inf"
     return repr(struct.unpack("<f", struct.pack("<f", x))[0])
 
@@ -263,7 +264,8 @@ class _Builder:
     def dot(self, lhs: HloInstruction, rhs: HloInstruction, lhs_contracting: Sequence[int],
             rhs_contracting: Sequence[int]) -> HloInstruction:
         """A dot of two canonical rank-4 f32 values batched over (batch, heads)."""
-        free = lambda x, c: [d for i, d in enumerate(x.shape.dimensions) if i not in (0, 1, *c)]  # noqa: E731
+        def free(x: HloInstruction, contracting: Sequence[int]) -> list[int]:
+            return [d for i, d in enumerate(x.shape.dimensions) if i not in (0, 1, *contracting)]
         dims = list(lhs.shape.dimensions[:2]) + free(lhs, lhs_contracting) + free(rhs, rhs_contracting)
         return self.add("dot", "dot", Shape.array(F32, dims), [lhs, rhs], lhs_batch_dims="{0,1}",
                         rhs_batch_dims="{0,1}", lhs_contracting_dims=_braces(lhs_contracting),
