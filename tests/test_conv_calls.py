@@ -484,6 +484,23 @@ def test_true_convolution():
     assert rel_error(compile_executable(call, "host").run(args), want) <= TOLERANCE["f32"]
 
 
+def test_padding_beyond_the_window():
+    """A 1x1 kernel with padding 1 and stride 2: the backward convolutions' padding is negative."""
+    cv = Conv(NHWC, 2, 16, 16, (9, 9), (1, 1), stride=(2, 2), pad=((1, 1), (1, 1)))
+    for kind in ("fwd", "bwd_input", "bwd_filter"):
+        MEASURED[f"{kind}/1x1_pad1_stride2"] = check_case(kind, cv)
+
+
+def test_shapes_from_xla_tests():
+    """The two examples of notes §2.2 (XLA's own tests): a 1-D backward input
+    ``f32[1,20,257] dy, f32[31,257,136] w, size=31 stride=2 pad=23_23, b0f_0oi->b0f`` and an f16
+    backward filter ``x f16[N,96,6,6], dy f16[N,64,4,4], size=3x3, bf01_oi01->bf01`` (N 7680
+    there, 16 here)."""
+    MEASURED["bwd_input/xla_1d"] = check_case(
+        "bwd_input", Conv("b0f_0oi->b0f", 1, 136, 257, (24,), (31,), stride=(2,), pad=((23, 23),)))
+    MEASURED["bwd_filter/xla_f16"] = check_case("bwd_filter", Conv(NCHW, 16, 96, 64, (6, 6), (3, 3), et="f16"))
+
+
 # ResNet-50's 3x3 stage-2 convolution at batch 8, forward with bias+relu and both gradients
 RESNET = Conv(NHWC, 8, 64, 64, (56, 56), (3, 3), pad=((1, 1), (1, 1)))
 
