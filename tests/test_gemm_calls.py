@@ -186,7 +186,7 @@ def plain_text(case: Case, bias_dim: int | None = None) -> str:
     x = "p"
     alpha = complex(*case.alpha) if acc.startswith("c") else case.alpha[0]
     if case.f8:
-        L.append(f"  s_ab = f32[] multiply(a_scale, b_scale)")
+        L.append("  s_ab = f32[] multiply(a_scale, b_scale)")
         factor = "s_ab"
         if case.alpha != (1.0, 0.0):
             L.append(f"  alpha = f32[] constant({_literal(alpha, acc)})")
@@ -309,7 +309,7 @@ def inputs(case: Case, seed: int = 0) -> list[np.ndarray]:
 
 # ---- the cases ----------------------------------------------------------------------------------------
 
-MM = dict(a="f32[64,40]{1,0}", b="f32[40,48]{1,0}", out="f32[64,48]{1,0}")
+MM = {"a": "f32[64,40]{1,0}", "b": "f32[40,48]{1,0}", "out": "f32[64,48]{1,0}"}
 CASES: dict[str, Case] = {
     "default": Case(**MM),
     "bias": Case(**MM, epilogue="BIAS", bias="f32[48]{0}"),
@@ -800,8 +800,8 @@ class _FakeLt:
         ctypes.c_int32.from_address(count_ptr).value = 1
 
     def matmul(self, handle, desc, alpha, a, adesc, b, bdesc, beta, c, cdesc, d, ddesc, algo, ws, ws_size, stream):
-        self.calls.append(dict(alpha=float(self._read(alpha, np.float32)), a=a, b=b, c=c, d=d, ws=ws,
-                               ws_size=ws_size))
+        self.calls.append({"alpha": float(self._read(alpha, np.float32)), "a": a, "b": b, "c": c, "d": d,
+                           "ws": ws, "ws_size": ws_size})
 
     def matrix_layout_destroy(self, layout):
         pass

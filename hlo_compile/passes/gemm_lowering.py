@@ -23,7 +23,7 @@ keeps the layout the module declares for its leaf.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np
@@ -104,7 +104,7 @@ def _mid_shape(call: GemmCall, acc: str) -> Shape:
 
 # ---- the epilogue, as instructions ------------------------------------------------------------------
 
-def _pre_activation(e: "_Emitter", call: GemmCall, inst: HloInstruction) -> HloInstruction:
+def _pre_activation(e: _Emitter, call: GemmCall, inst: HloInstruction) -> HloInstruction:
     """X = alpha * a_scale * b_scale * dot(A, B) + beta * c_scale * C + bias, in the compute type."""
     ops = inst.operands
     if call.alpha_is_zero:
@@ -137,7 +137,7 @@ def _alpha_value(call: GemmCall, et: str):
     return complex(*call.alpha) if is_complex(et) else call.alpha[0]
 
 
-def _dot(e: "_Emitter", call: GemmCall, inst: HloInstruction) -> HloInstruction:
+def _dot(e: _Emitter, call: GemmCall, inst: HloInstruction) -> HloInstruction:
     """dot(A, B) in the compute type; an operand without batch dims while the other has them
     is broadcast to them first (leading dims), as cuBLAS reuses it for every batch."""
     dn = call.dot_dims
@@ -160,13 +160,13 @@ def _dot(e: "_Emitter", call: GemmCall, inst: HloInstruction) -> HloInstruction:
     return e.add("dot", "dot", e.inner, [a, b], attrs)
 
 
-def _batched(e: "_Emitter", x: HloInstruction, batch) -> HloInstruction:
+def _batched(e: _Emitter, x: HloInstruction, batch) -> HloInstruction:
     nb, rank = len(batch), x.shape.rank
     shape = Shape.array(x.shape.element_type, tuple(batch) + tuple(x.shape.dimensions))
     return e.broadcast(x, tuple(range(nb, nb + rank)), shape)
 
 
-def _activation(e: "_Emitter", x: HloInstruction, kind: str) -> HloInstruction:
+def _activation(e: _Emitter, x: HloInstruction, kind: str) -> HloInstruction:
     """relu = max(x, 0); gelu = x * (0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x*x*x)))),
     XLA's tanh form, the only GELU its GEMM rewriter fuses."""
     if kind == "relu":
@@ -180,7 +180,7 @@ def _activation(e: "_Emitter", x: HloInstruction, kind: str) -> HloInstruction:
     return x
 
 
-def _to_output(e: "_Emitter", y: HloInstruction, call: GemmCall, inst: HloInstruction) -> HloInstruction:
+def _to_output(e: _Emitter, y: HloInstruction, call: GemmCall, inst: HloInstruction) -> HloInstruction:
     """Y as D: scaled by d_scale and clamped to the finite range for an F8 output (then
     converted with round-to-nearest-even), else converted once."""
     if call.output_is_f8:
@@ -191,7 +191,7 @@ def _to_output(e: "_Emitter", y: HloInstruction, call: GemmCall, inst: HloInstru
     return e.finish(y, call.output)
 
 
-def _amax(module: HloModule, comp: HloComputation, e: "_Emitter", y: HloInstruction,
+def _amax(module: HloModule, comp: HloComputation, e: _Emitter, y: HloInstruction,
           names: NameScope) -> HloInstruction:
     """max |y| over every element, as f32[] (0 for an empty output)."""
     f32 = Shape.array("f32", ())

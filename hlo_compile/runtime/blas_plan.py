@@ -18,8 +18,8 @@ Physical buffers are plain dense arrays here: a layout with tiles or a memory sp
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from ..hlo.errors import HloUnsupportedError
 from ..hlo.gemm_call import F8_TYPES, GemmCall
@@ -42,7 +42,7 @@ class MatrixLayout:
     ld: int
     batch_stride: int
 
-    def transposed(self) -> "MatrixLayout":
+    def transposed(self) -> MatrixLayout:
         """The same memory seen as the transposed matrix."""
         return replace(self, rows=self.cols, cols=self.rows, order=ROW if self.order == COLUMN else COLUMN)
 

@@ -12,7 +12,8 @@ NOT yet run on a GPU: written from the cuBLASLt and nvmath documentation only.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
