@@ -30,7 +30,6 @@ from hlo_compile.codegen.compiler import plan_module, prepare_module
 from hlo_compile.hlo.conv_call import ConvKind, parse_conv_call
 from hlo_compile.interpreter import evaluate_module
 from hlo_compile.options import CompileOptions
-from hlo_compile.runtime import literals
 from hlo_compile.runtime.executable import compile_executable
 
 XLA_REF = Path(__file__).resolve().parents[2] / "shared" / "tools" / "xla_ref.py"
@@ -557,6 +556,23 @@ def test_lowering_fuses_the_epilogue_into_the_convolution_emitter():
     assert k.analysis.emitter == "convolution", k.analysis.reason
 
 
+def test_ptxas_accepts_the_lowered_calls():
+    """The lowered calls compile for sm_80 (the elu epilogue's expm1 through libdevice, the
+    regrouped kernel prologue of a grouped backward input)."""
+    from hlo_compile.pipeline import run_pipeline
+    from hlo_compile.targets.nvptx.ptxas import run_ptxas
+    from hlo_compile.targets.nvptx.toolkit import find_ptxas
+    if find_ptxas() is None:
+        pytest.skip("ptxas not found (pip install nvidia-cuda-nvcc)")
+    for text in (call_text("bias", CONVS["nhwc_3x3_pad"], Epilogue("kElu", scale=2.0, side=True, side_scale=0.5)),
+                 call_text("bwd_input", CONVS["grouped2_nhwc"]), call_text("bwd_filter", CONVS["grouped2_nhwc"])):
+        ptx = run_pipeline(parse_module(text), CompileOptions(arch="sm_80", conv="generated"),
+                           emit="ptx").artifacts["ptx"]
+        assert "ld.shared" in ptx            # the implicit-GEMM kernel, not the loop emitter
+        out = run_ptxas(ptx, "sm_80")
+        assert out.cubin and out.kernels
+
+
 def test_scratch_is_materialised_only_for_the_whole_tuple():
     cv = CONVS["nhwc_3x3_pad"]
     lowered = _generated(call_text("fwd", cv, scratch=256))
@@ -642,8 +658,8 @@ REFUSALS = {
                 config(Epilogue("kSigmoid")), "activation_mode kSigmoid"),
     "scale_on_plain_forward": (_GOOD, config(Epilogue(scale=2.0)), "conv_result_scale is 2"),
     "absent_config": (_GOOD.replace(", backend_config=CFG", ""), "", "conv_result_scale is 0"),
-    "int8x32_reordered": (_GOOD, '{"cudnn_conv_backend_config":{"conv_result_scale":1,'
-                                 '"reordered_int8_nchw_vect":true}}', "reordered_int8_nchw_vect"),
+    "int8x32_reordered": (_GOOD, ('{"cudnn_conv_backend_config":{"conv_result_scale":1,'
+                                  '"reordered_int8_nchw_vect":true}}'), "reordered_int8_nchw_vect"),
     "bad_json": (_GOOD, "{conv_result_scale:1,,}", "not valid JSON"),
     "lhs_dilation": (_GOOD.replace("pad=1_1x1_1", "pad=1_1x1_1 lhs_dilate=1x2"), config(), "lhs_dilate"),
     "wrong_output_size": (_GOOD.replace("pad=1_1x1_1", "pad=0_0x0_0"), config(), "forward output of size 6"),
@@ -670,8 +686,8 @@ def test_refusals_exit_2_naming_the_call(tmp_path, name, platform):
         plines += "  %b = f32[32] parameter(2)\n"
     if name == "activation_on_backward":   # a well-shaped backward filter call
         line = line.replace("(f32[2,8,8,32], u8[0])", "(f32[3,3,16,32], u8[0])").replace("(%x, %w)", "(%x, %y)")
-        params, plines = ("x: f32[2,8,8,16], y: f32[2,8,8,32]", "  %x = f32[2,8,8,16] parameter(0)\n"
-                          "  %y = f32[2,8,8,32] parameter(1)\n")
+        params = "x: f32[2,8,8,16], y: f32[2,8,8,32]"
+        plines = "  %x = f32[2,8,8,16] parameter(0)\n  %y = f32[2,8,8,32] parameter(1)\n"
         text = _refusal_module(line.replace("CFG", cfg), params, plines, "f32[3,3,16,32]")
     else:
         text = _refusal_module(line.replace("CFG", cfg), params, plines)
@@ -793,6 +809,7 @@ def _step(text: str, name: str):
 
 def test_cudnn_step_plumbing(monkeypatch):
     import sys
+
     from hlo_compile.runtime.steps import Frame, Resources
     from hlo_compile.runtime.values import Buffer
     fake = _FakeCudnn()
@@ -803,14 +820,14 @@ def test_cudnn_step_plumbing(monkeypatch):
     for k, op in enumerate(inst.operands):
         frame.values[op] = Buffer(op.shape, _FakeDevicePlatform._Buf(0x100 * (k + 1)))
     step.run(_FakeDevicePlatform(), frame)
-    calls = dict((n, kw) for n, kw in fake.log if n != "tensor")
+    calls = {n: kw for n, kw in fake.log if n != "tensor"}
     tensors = [kw for n, kw in fake.log if n == "tensor"]
     # dims in cuDNN's order, strides of the physically NHWC buffers (layout {1,3,2,0})
     assert tensors[0] == {"name": "y", "dim": [2, 24, 5, 5], "stride": [600, 1, 120, 24], "data_type": "float"}
     assert tensors[1]["dim"] == [24, 16, 3, 3] and tensors[1]["stride"] == [144, 1, 48, 16]
     assert calls["conv_dgrad"]["stride"] == [2, 2] and calls["conv_dgrad"]["pre_padding"] == [1, 1]
     assert "check_support" in calls and "build_plans" in calls
-    pointers, workspace = calls["execute"]["args"]
+    pointers, _workspace = calls["execute"]["args"]
     by_name = {t.kw.get("name", t.what): ptr for t, ptr in pointers.items()}
     result = frame.values[inst][0]
     assert by_name == {"y": 0x100, "w": 0x200, "conv_dgrad": result.data.ptr}
@@ -821,6 +838,7 @@ def test_cudnn_step_plumbing(monkeypatch):
 
 def test_cudnn_step_refusals(monkeypatch):
     import sys
+
     from hlo_compile.hlo.errors import HloUnsupportedError
     from hlo_compile.runtime.steps import Frame, Resources
     with pytest.raises(HloUnsupportedError, match=r"%cudnn-conv-bias-activation .*activation kElu"):

@@ -99,7 +99,7 @@ def _window_positions(call: ConvCall):
 
 
 def _forward(call: ConvCall, x: np.ndarray, w: np.ndarray, y_shape, acc) -> np.ndarray:
-    n, c = x.shape[:2]
+    n = x.shape[0]
     o, ci = w.shape[:2]
     g = call.feature_group_count
     y = np.zeros([n, g, o // g] + list(y_shape[2:]), acc)

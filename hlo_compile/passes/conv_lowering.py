@@ -315,8 +315,8 @@ def _int_list(name: str, values: Sequence[int]) -> Attribute:
 def _literal(et: str, value: float) -> str:
     """A scalar literal's text that reads back as ``value`` rounded to ``et``."""
     v = float(np.float32(value)) if et == "f32" else float(value)
-    if v != v:
+    if np.isnan(v):
         return "nan"
-    if v in (float("inf"), float("-inf")):
+    if np.isinf(v):
         return "inf" if v > 0 else "-inf"
     return repr(v)

@@ -85,8 +85,8 @@ class CudnnConvolution(Step):
             return g.tensor(name=role, dim=dim, stride=stride, data_type=types[shape.element_type])
 
         pads = [(wd.padding_low, wd.padding_high) for wd in call.window]
-        conv = dict(pre_padding=[lo for lo, _ in pads], post_padding=[hi for _, hi in pads],
-                    stride=[wd.stride for wd in call.window], dilation=[wd.window_dilation for wd in call.window])
+        conv = {"pre_padding": [lo for lo, _ in pads], "post_padding": [hi for _, hi in pads],
+                "stride": [wd.stride for wd in call.window], "dilation": [wd.window_dilation for wd in call.window]}
         if call.spatial_rank == 1:   # a unit spatial dimension in front, as XLA passes 1-D convolutions
             conv = {k: ([0] if "padding" in k else [1]) + v for k, v in conv.items()}
         roles = call.operand_roles
