@@ -88,3 +88,21 @@ def test_copy_of_tuple_is_a_tuple_of_leaf_copies():
     assert [leaf.opcode for leaf in leaves] == ["copy", "copy", "copy"]
     assert not any(i.opcode == "copy" and i.shape.is_tuple for i in module.entry.instructions)
     parse_module(module.to_text())  # still valid HLO
+
+
+UNBOUNDED = """HloModule u
+ENTRY e {
+  a = f32[?] parameter(0)
+  ROOT r = f32[3] reshape(a)
+}"""
+
+
+def test_unbounded_dynamic_shape_refused_by_name_and_line():
+    from hlo_compile.codegen.compiler import plan_module
+    from hlo_compile.hlo import HloUnsupportedError
+    module = parse_module(UNBOUNDED)
+    for refuse in (lambda: plan_module(module, CompileOptions()), lambda: evaluate_module(module, [None]),
+                   lambda: literals.check_memory(module)):
+        with pytest.raises(HloUnsupportedError, match=r"parameter 'a' has the unbounded dynamic shape f32\[\?\]") as e:
+            refuse()
+        assert e.value.location.line == 3

@@ -19,6 +19,7 @@ from ..hlo import HloComputation, HloInstruction, HloModule
 from ..hlo.errors import HloUnsupportedError
 from ..hlo.library_targets import library_family
 from ..hlo.tiling import physical_size
+from ..hlo.unbounded import refuse_unbounded_dimensions
 from ..options import CompileOptions
 from ..passes import run_passes
 from ..passes.prepare_control_flow import executed_computations
@@ -181,6 +182,7 @@ def plan_prepared_module(wrapped: HloModule, options: CompileOptions,
     stage: the passes run once, in the ``hlo`` stage). No kernel takes a name in
     ``reserved_symbols``: the driver, which knows the targets, passes their
     ``Target.linked_symbols``."""
+    refuse_unbounded_dimensions(wrapped, "compile")
     device = device_for_arch(options.arch)
     computations = executed_computations(wrapped)
     taken: set[str] = set()

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..hlo.errors import HloError, HloUnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction, HloModule
+from ..hlo.unbounded import refuse_unbounded_dimensions
 from .numerics import dtype_of
 from .registry import OPS, TOKEN
 
@@ -85,6 +86,7 @@ def coerce_argument(value: Any, shape) -> Any:
 def evaluate_module(module: HloModule, args: list, *, seed: int | None = None) -> Any:
     """Evaluate the entry computation of ``module`` on ``args`` (logical numpy arrays in entry
     parameter order, tuple parameters as nested tuples). Returns an array or nested tuple."""
+    refuse_unbounded_dimensions(module, "evaluate")
     params = module.entry.parameters
     if len(args) != len(params):
         raise HloError(f"module {module.name} takes {len(params)} arguments, got {len(args)}")

@@ -19,6 +19,7 @@ from ..hlo.errors import HloError
 from ..hlo.ir import HloComputation, HloModule
 from ..hlo.shape import Shape
 from ..hlo.sizes import available_memory, format_bytes, shape_bytes
+from ..hlo.unbounded import refuse_unbounded_dimensions
 
 FLOAT_RANGE = (-0.1, 0.2)  # run_hlo_module's default range for random float inputs
 
@@ -284,7 +285,9 @@ def memory_need(module: HloModule, *, generated_inputs: bool = True) -> MemoryNe
 
 def check_memory(module: HloModule, *, generated_inputs: bool = True, available: int | None = None) -> MemoryNeed:
     """Raise an ``HloError`` saying what a run of ``module`` needs and what there is, when it
-    cannot fit in the host memory available now; before anything is allocated."""
+    cannot fit in the host memory available now; before anything is allocated. A module with
+    unbounded dynamic dimensions (``?``) has no size and is refused."""
+    refuse_unbounded_dimensions(module, "run")
     need = memory_need(module, generated_inputs=generated_inputs)
     free = available_memory() if available is None else available
     if free is not None and need.total > free:
