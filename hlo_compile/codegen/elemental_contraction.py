@@ -18,12 +18,12 @@ from ..indexing.op_maps import output_to_input
 from .affine_emitter import AffineEmitter
 from .elemental_convert import emit_convert
 from .index_op_table import index_op
-from .llvm_types import compute_type
+from .llvm_types import compute_type, is_f8
 
 
 def accumulation_type(out_et: str) -> str:
     """The element type a dot or convolution of result type ``out_et`` accumulates in."""
-    if out_et in ("f16", "bf16", "f32"):
+    if out_et in ("f16", "bf16", "f32") or is_f8(out_et):
         return "f32"
     if out_et == "pred":
         return "s64"

@@ -6,6 +6,8 @@
 - integer to integer wraps (sign- or zero-extension by the *source's* signedness);
 - float to integer truncates toward zero, saturates at the type's limits and maps NaN to 0
   (``llvm.fpto[su]i.sat``, as XLA's GPU emitter does);
+- 8-bit floats decode exactly to f32; anything to an 8-bit float rounds once from f32 (an
+  f64 rounds to f32 first, as ml_dtypes does) — ``f8.py``;
 - anything to bf16 goes through f32 first (so f64 → bf16 and s32 → bf16 round twice, as
   ml_dtypes and XLA's ``EmitF32ToBF16`` path do); f64 → f16 rounds once, as numpy does.
 """
@@ -19,7 +21,8 @@ from ..hlo.element_types import bit_width
 from ..hlo.errors import HloUnsupportedError
 from .elemental_table import (F32, OpContext, declare, elemental, int_const, intrinsic, is_float, is_nan,
                               is_narrow_float, is_pred, widen)
-from .llvm_types import F64, I8, compute_type, is_signed
+from .f8 import emit_f8_to_f32, emit_to_f8
+from .llvm_types import F64, I8, compute_type, is_f8, is_signed
 
 
 def _kind(et: str) -> str:
@@ -56,6 +59,10 @@ def _float_to_int(b: ir.IRBuilder, x: ir.Value, src: str, dst: str) -> ir.Value:
 def _float_to_float(b: ir.IRBuilder, x: ir.Value, src: str, dst: str) -> ir.Value:
     if src == dst:
         return x
+    if is_f8(src):  # exact in f32
+        return _float_to_float(b, emit_f8_to_f32(b, x, src), "f32", dst)
+    if is_f8(dst):  # f16/bf16 widen exactly; f64 rounds to f32 first, as ml_dtypes does
+        return emit_to_f8(b, x, dst)
     if dst == "bf16" or (dst == "f16" and src == "bf16"):
         v = _float_to_float(b, x, src, "f32")
         return b.fptrunc(v, compute_type(dst))

@@ -16,10 +16,11 @@ from typing import Callable, Sequence
 from llvmlite import ir
 
 from ..hlo.ir import HloInstruction
-from .llvm_types import F32, I1, compute_type, is_float
+from .f8 import F8_FORMATS, emit_f8_to_f32, emit_to_f8
+from .llvm_types import F32, I1, I8, compute_type, is_float
 from .target import Target
 
-NARROW_FLOATS = frozenset({"f16", "bf16"})
+NARROW_FLOATS = frozenset({"f16", "bf16", *F8_FORMATS})
 
 
 @dataclass(frozen=True)
@@ -69,15 +70,17 @@ def is_narrow_float(et: str) -> bool:
 
 
 def widen(b: ir.IRBuilder, value: ir.Value, et: str) -> ir.Value:
-    """``value`` of element type ``et`` in its arithmetic type (f16/bf16 → float)."""
+    """``value`` of element type ``et`` in its arithmetic type (f16/bf16/f8 → float)."""
+    if et in F8_FORMATS:
+        return emit_f8_to_f32(b, value, et) if value.type == I8 else value
     return b.fpext(value, F32) if is_narrow_float(et) else value
 
 
 def narrow(b: ir.IRBuilder, value: ir.Value, et: str) -> ir.Value:
-    """Round an arithmetic-type value back to ``et`` (a no-op unless ``et`` is f16/bf16)."""
+    """Round an arithmetic-type value back to ``et`` (a no-op unless ``et`` is f16/bf16/f8)."""
     target = compute_type(et)
     if is_narrow_float(et) and value.type != target:
-        return b.fptrunc(value, target)
+        return emit_to_f8(b, value, et) if et in F8_FORMATS else b.fptrunc(value, target)
     return value
 
 

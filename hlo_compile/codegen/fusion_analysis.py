@@ -161,6 +161,8 @@ def _backend_kind(f: _Fusion) -> _Choice | None:
     inner = next(c for c in (rule(f) for rule in HERO_RULES[1:]) if c is not None)
     ours, why = _our_emitter(inner, f.available)
     detail = f" ({config})" if config else ""
+    if config and ours is not None:
+        why += f"; the config is not used: our {ours} emitter chooses its own tiling"
     return replace(inner, xla=backend, ours=ours, heroes_kind=inner.xla,
                    why=f"backend config kind {kind}{detail}: XLA runs it with {backend}, its computation is "
                        f"its semantics; {why}")

@@ -2,8 +2,9 @@
 
 Storage types: ``pred`` is stored as ``i8`` (one byte per element, as XLA stores it) and
 computed as ``i1``; unsigned integers are LLVM integers of the same width (signedness lives
-in the instructions chosen, not the type); f8/f6/f4 types are stored as raw ``i8`` and have
-no arithmetic here yet.
+in the instructions chosen, not the type); 8-bit floats (``f8.py``) are held as their raw
+``i8`` bits and computed in f32 (decoded and re-encoded around every op); f6/f4 and
+``f8e8m0fnu`` have no code generation yet.
 """
 from __future__ import annotations
 
@@ -65,6 +66,8 @@ PTR = ir.PointerType()  # opaque pointer in the generic address space
 _INT_BITS = {"s1": 1, "s2": 2, "s4": 4, "s8": 8, "s16": 16, "s32": 32, "s64": 64,
              "u1": 1, "u2": 2, "u4": 4, "u8": 8, "u16": 16, "u32": 32, "u64": 64}
 _FLOATS = {"f16": F16, "f32": F32, "f64": F64, "bf16": BFLOAT}
+# 8-bit floats held as raw bits (codegen/f8.py has their formats)
+_F8 = frozenset({"f8e4m3fn", "f8e5m2", "f8e4m3", "f8e3m4", "f8e4m3fnuz", "f8e5m2fnuz", "f8e4m3b11fnuz"})
 
 
 class UnsupportedElementType(HloUnsupportedError, ValueError):
@@ -84,7 +87,12 @@ def is_integer(et: str) -> bool:
 
 
 def is_float(et: str) -> bool:
-    return et in _FLOATS
+    """A floating-point element type with code generation (8-bit floats are held as ``i8``)."""
+    return et in _FLOATS or et in _F8
+
+
+def is_f8(et: str) -> bool:
+    return et in _F8
 
 
 def compute_type(et: str) -> ir.Type:
@@ -95,6 +103,8 @@ def compute_type(et: str) -> ir.Type:
         return ir.IntType(_INT_BITS[et])
     if et in _FLOATS:
         return _FLOATS[et]
+    if et in _F8:
+        return I8
     raise UnsupportedElementType(f"element type {et} has no LLVM code generation yet")
 
 
