@@ -70,9 +70,16 @@ def _control_flow(m: HloModule, o: CompileOptions) -> HloModule:
     return prepare_control_flow(m, o.fusion)
 
 
+def _library_calls(m: HloModule, o: CompileOptions) -> HloModule:
+    from ..passes.library_calls import lower_library_calls
+    return lower_library_calls(m, o.generated_call_families())
+
+
 def all_passes() -> list[NamedPass]:
     """Every pass, in the order a compilation runs them."""
     return _module_rewrites() + [
+        NamedPass("library-calls", "cuBLAS/cuDNN calls lowered to plain HLO for our emitters (the families "
+                                   "--gemm/--conv=generated name)", _library_calls),
         NamedPass("inline-calls", "call instructions in ENTRY inlined (XLA's call-inliner)", _inline),
         NamedPass("tree-reduction", "XLA's tree-reduction split of reductions too long for one kernel "
                                     "(for --arch)", _tree),
