@@ -268,3 +268,42 @@ ENTRY e {
   ninf = f32[] constant(-inf)
   ROOT r = f32[4,16,16,3] reduce-window(x, ninf), window={size=1x3x3x1 stride=1x2x2x1 pad=0_0x1_1x1_1x0_0}, to_apply=mx
 }""")
+
+
+# ---- a variadic reduce in a multi-output fusion: roots are its get-tuple-elements ---------------
+ARGMAX = """
+argmax {
+  a = f32[] parameter(0)
+  ai = s32[] parameter(1)
+  b = f32[] parameter(2)
+  bi = s32[] parameter(3)
+""" + PICK + "}\n"
+
+
+@pytest.mark.parametrize("shape,dim", [((32, 500), 1), ((16, 8), 1), ((512, 40), 0), ((300, 3), 0), ((4, 50, 6), 1)])
+@pytest.mark.parametrize("roots", ["r0,r1,s", "r1,s,r0", "r0,r1", "r1", "s,r0"])
+def test_variadic_reduce_roots_as_get_tuple_elements(shape, dim, roots):
+    ins = ",".join(map(str, shape))
+    outs = ",".join(str(n) for d, n in enumerate(shape) if d != dim)
+    types = {"r0": f"f32[{outs}]", "r1": f"s32[{outs}]", "s": f"f32[{ins}]"}
+    names = roots.split(",")
+    result = "(" + ", ".join(types[n] for n in names) + ")"
+    text = f"""HloModule variadic_side
+{ARGMAX}
+fused {{
+  p0 = f32[{ins}] parameter(0)
+  s = f32[{ins}] floor(p0)
+  io = s32[{ins}] iota(), iota_dimension={dim}
+  ninf = f32[] constant(-inf)
+  z = s32[] constant(0)
+  r = (f32[{outs}], s32[{outs}]) reduce(s, io, ninf, z), dimensions={{{dim}}}, to_apply=argmax
+  r0 = f32[{outs}] get-tuple-element(r), index=0
+  r1 = s32[{outs}] get-tuple-element(r), index=1
+  ROOT t = {result} tuple({", ".join(names)})
+}}
+
+ENTRY e {{
+  x = f32[{ins}] parameter(0)
+  ROOT f = {result} fusion(x), kind=kInput, calls=fused
+}}"""
+    host_matches_interpreter(text)  # floor of [-1, 1) inputs: many ties, the lowest index wins

@@ -59,7 +59,7 @@ def plan_reduction_kernel(fusion: HloInstruction, analysis: FusionAnalysis, devi
                           kernel_name: str) -> ReductionKernelSpec:
     comp = fusion.fused_computation
     rd = analysis.reduction
-    roots = fusion_roots(comp)
+    roots = _distinct(fusion_roots(comp))  # the get-tuple-elements of a variadic reduce name it once each
     heroes: list[HloInstruction] = []
     reduce_roots, side_roots = [], []
     for r in roots:
@@ -94,6 +94,14 @@ def plan_reduction_kernel(fusion: HloInstruction, analysis: FusionAnalysis, devi
                                xla_variant=analysis.variant, rd=rd, heroes=heroes, reduce_roots=reduce_roots,
                                side_roots=side_roots, launch=launch, index_type=kernel_index_type(fusion, launch),
                                geometry=geo, notes=[], groups=groups)
+
+
+def _distinct(insts: list[HloInstruction]) -> list[HloInstruction]:
+    out: list[HloInstruction] = []
+    for i in insts:
+        if all(i is not o for o in out):
+            out.append(i)
+    return out
 
 
 def emit_reduction_kernel(target: Target, spec: ReductionKernelSpec) -> ir.Module:

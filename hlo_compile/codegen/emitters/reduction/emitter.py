@@ -20,11 +20,11 @@ from ....hlo.opcodes import ELEMENTWISE
 from ...elemental_ops import emit_call_computation
 from ...fusion_analysis import ReductionDimensions
 from ...index_op_table import INDEX_OPS
-from ...kernel import open_kernel, output_leaves
+from ...kernel import open_kernel
 from ...kernel_builder import NO_WRAP, KernelBuilder
 from ...llvm_types import I32, from_storage, storage_bytes, storage_type
 from ...target import Target
-from .spec import ReductionKernelSpec, array_shape, hero_of
+from .spec import ReductionKernelSpec, array_shape, hero_of, output_slots
 
 WARP = 32
 
@@ -86,10 +86,10 @@ class ReductionEmitter:
         self.kernel = open_kernel(target, spec, inline=True)
         self.kb, self.fe = self.kernel.kb, self.kernel.fe
         self.b = self.kb.b
+        # per root (as ``output_slots`` names it): (element or None, shape, pointer) per buffer
         self.out_ptrs: dict[int, list] = {}
-        leaves = output_leaves(spec.fusion)
-        for (root, shape), ptr in zip(leaves, self.kernel.outputs):
-            self.out_ptrs.setdefault(id(root), []).append((shape, ptr))
+        for (root, element, shape), ptr in zip(output_slots(spec.fusion), self.kernel.outputs):
+            self.out_ptrs.setdefault(id(root), []).append((element, shape, ptr))
         # reducer leaves per hero: (inputs, inits, types)
         self.n_inputs = {id(h): len(h.operands) // 2 for h in spec.heroes}
         self.inits = {id(h): [self.fe.value(i, ()) for i in h.operands[self.n_inputs[id(h)]:]] for h in spec.heroes}
@@ -195,7 +195,7 @@ class ReductionEmitter:
                 per_hero[id(h)] = [self.fe.value(x, idx) for x in h.operands[:n]]
             sides = []
             for r in self.side_roots:
-                for shape, _ in self.out_ptrs[id(r)][:1]:
+                for _, shape, _ in self.out_ptrs[id(r)][:1]:
                     idx = lane_indices(shape)[j]
                     sides.append((r, idx, self.fe.value(r, idx)))
             values.append((slot, per_hero, sides))
@@ -257,9 +257,8 @@ class ReductionEmitter:
     # ---- outputs -----------------------------------------------------------------------------
     def store_root(self, root: HloInstruction, index: Sequence[ir.Value]) -> None:
         v = self.fe.value(root, index)
-        leaves = v if isinstance(v, list) else [v]
-        for (shape, ptr), leaf in zip(self.out_ptrs[id(root)], leaves):
-            self.fe.store(shape, ptr, index, leaf)
+        for element, shape, ptr in self.out_ptrs[id(root)]:
+            self.fe.store(shape, ptr, index, v if element is None else v[element])
 
     def write_results(self, vals: dict, linear: ir.Value) -> None:
         """Write every reduce root (epilogue included) for the kept point at operand position

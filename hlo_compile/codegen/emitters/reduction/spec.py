@@ -104,7 +104,7 @@ class ReductionKernelSpec(KernelSpec):
         select the writing thread), a side output's where the input loop reads."""
         if leaf is None:
             return self.reduce_root_map(0)
-        root, shape = output_leaves(self.fusion)[leaf]
+        root, _, shape = output_slots(self.fusion)[leaf]
         if any(root is r for r in self.reduce_roots):
             return self.reduce_root_map(next(i for i, r in enumerate(self.reduce_roots) if r is root))
         (linear, ranges, cons), _ = self.path.walks(self)
@@ -144,6 +144,23 @@ class ReductionKernelSpec(KernelSpec):
     def summary_fields(self) -> dict:
         return {"reduction_path": self.variant, **{k: v for k, v in self.geometry.items()},
                 "reduction_groups": self.num_groups, "index_type": str(self.index_type)}
+
+
+def output_slots(fusion: HloInstruction) -> list[tuple[HloInstruction, int | None, object]]:
+    """(root, element, array shape) for each output buffer, in order: the root as XLA's
+    ``GetFusionRoots`` names it (a ``get-tuple-element`` of a variadic reduce is the reduce,
+    element its tuple index; XLA writes a multi-output fusion's variadic reduce that way),
+    ``element`` None for an array root."""
+    out = []
+    for leaf_root, shape in output_leaves(fusion):
+        if leaf_root.opcode == "get-tuple-element" and leaf_root.operands[0].opcode != "tuple":
+            out.append((leaf_root.operands[0], leaf_root.tuple_index, shape))
+        elif leaf_root.shape.is_tuple:
+            k = sum(1 for r, _, _ in out if r is leaf_root)
+            out.append((leaf_root, k, shape))
+        else:
+            out.append((leaf_root, None, shape))
+    return out
 
 
 def array_shape(inst: HloInstruction):
