@@ -29,6 +29,25 @@ class Evaluator:
         self.module = module
         self.seed = seed
         self.rng = np.random.default_rng(seed) if seed is not None else None
+        self._dead_after: dict[int, list[list[int]]] = {}
+
+    def _values_dead_after(self, comp: HloComputation) -> list[list[int]]:
+        """For each instruction position, the ids of the values nothing reads after it (the
+        ROOT's is kept): dropped as soon as they are, so a long computation holds only its live
+        values, not every intermediate (a 16k-op fusion of 1280x1280 arrays does not fit)."""
+        key = id(comp)
+        if key not in self._dead_after:
+            last: dict[int, int] = {}
+            for k, inst in enumerate(comp.instructions):
+                last.setdefault(id(inst), k)
+                for op in inst.operands:
+                    last[id(op)] = k
+            last.pop(id(comp.root), None)
+            dead: list[list[int]] = [[] for _ in comp.instructions]
+            for value, k in last.items():
+                dead[k].append(value)
+            self._dead_after[key] = dead
+        return self._dead_after[key]
 
     def evaluate(self, comp: HloComputation, args: Sequence[Any]) -> Any:
         params = comp.parameters
@@ -37,7 +56,11 @@ class Evaluator:
         env: dict[int, Any] = {}
         for p, a in zip(params, args):
             env[id(p)] = a
-        for inst in comp.instructions:
+        dead_after = self._values_dead_after(comp) if len(comp.instructions) > 16 else None
+        for k, inst in enumerate(comp.instructions):
+            if dead_after is not None:
+                for value in dead_after[k - 1] if k else ():
+                    env.pop(value, None)
             if inst.opcode == "parameter":
                 continue
             fn = OPS.get(inst.opcode)
