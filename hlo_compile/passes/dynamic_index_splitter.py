@@ -21,8 +21,10 @@ _FIRST_INDEX = {"dynamic-slice": 1, "dynamic-update-slice": 2}
 
 
 def split_dynamic_indices(module: HloModule) -> HloModule:
-    """Every ``dynamic-slice``/``dynamic-update-slice`` with one start-index vector rewritten to
-    read scalar start indices; in place."""
+    """Old-form dynamic-slice/-update-slice start-index vectors split into scalars (XLA's dynamic-index-splitter).
+
+    Every ``dynamic-slice``/``dynamic-update-slice`` with one start-index vector is rewritten
+    to read scalar start indices; in place."""
     names = NameScope.of_instructions(module.computations)
     for comp in module.computations:
         for inst in list(comp.instructions):

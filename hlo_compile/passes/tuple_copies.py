@@ -14,7 +14,7 @@ from hlo_compile.hlo.rewrite import NameScope, insert_instructions, new_instruct
 
 
 def expand_tuple_copies(module: HloModule) -> HloModule:
-    """Every ``copy`` of a tuple in every computation replaced by a tuple of leaf copies; in place."""
+    """Copies of tuples as tuples of leaf copies (XLA's deep copy); in place."""
     names = NameScope.of_instructions(module.computations)
     for comp in module.computations:
         for inst in list(comp.instructions):
