@@ -12,10 +12,10 @@ hero search and the predicates the rules ask live in ``hero_search.py`` and ``he
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
+from hlo_compile.hlo.backend_config import fusion_backend_config
 from hlo_compile.hlo.ir import HloComputation, HloInstruction
 from hlo_compile.hlo.shape import Shape
 
@@ -29,8 +29,8 @@ from .hero_shapes import (ReductionDimensions, TransposeDescription, bits_of, is
 
 __all__ = [
     "HERO_RULES", "FusionAnalysis", "ReductionDimensions", "TransposeDescription", "analyze_fusion", "bits_of",
-    "can_emit_dus_in_place", "conv_hero", "custom_fusion_config", "dot_hero", "find_hero", "fusion_roots", "is_elementwise",
-    "is_intermediate", "is_race_free", "is_real_reduction_hero", "is_reduction_from_or_to_contiguous_dimensions",
+    "can_emit_dus_in_place", "conv_hero", "custom_fusion_config", "dot_hero", "find_hero", "fusion_roots",
+    "is_elementwise", "is_intermediate", "is_race_free", "is_real_reduction_hero", "is_reduction_from_or_to_contiguous_dimensions",
     "multi_row_vector_size", "reduction_dimensions", "reduction_variant", "reshape_is_bitcast",
     "transpose_description",
 ]
@@ -171,14 +171,8 @@ def _backend_kind(f: _Fusion) -> _Choice | None:
 def custom_fusion_config(fusion: HloInstruction) -> tuple[str, str]:
     """(the ``fusion_backend_config`` kind, its tiling config as text: Triton GEMM block sizes,
     block-level output tiles, warps) of a fusion; ("", "") when it has none."""
-    raw = fusion.attr("backend_config", None)
-    if not isinstance(raw, str) or "fusion_backend_config" not in raw:
-        return "", ""
-    try:
-        cfg = json.loads(raw).get("fusion_backend_config", {})
-    except (ValueError, AttributeError):
-        return "", ""
-    if not isinstance(cfg, dict):
+    cfg = fusion_backend_config(fusion)
+    if not cfg:
         return "", ""
     parts = []
     gemm = cfg.get("triton_gemm_config")

@@ -31,6 +31,19 @@ def backend_config(inst: HloInstruction) -> dict[str, Any]:
     raise HloUnsupportedError(f"{inst.opcode} '%{inst.name}': its backend_config is not valid JSON", inst.location)
 
 
+def fusion_backend_config(inst: HloInstruction) -> dict[str, Any]:
+    """A fusion's ``fusion_backend_config`` ({} when absent, or when the backend config cannot
+    be read: such a fusion is an ordinary one)."""
+    raw = inst.attr("backend_config", None)
+    if not isinstance(raw, str) or "fusion_backend_config" not in raw:  # most fusions: no JSON to parse
+        return {}
+    try:
+        cfg = backend_config(inst).get("fusion_backend_config", {})
+    except HloUnsupportedError:
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
+
+
 def config_int(value: Any, default: int = 0) -> int:
     """A proto int64 field as JSON prints it (a quoted string or a number)."""
     if value is None or value == "":

@@ -17,6 +17,8 @@ FMHA_TARGETS = frozenset({"__cudnn$fmhaSoftmax", "__cudnn$fmhaSoftmaxDropout", "
                           "__cudnn$fmhaSoftmaxDropoutBackward", "__cudnn$fmhaScaleBiasSoftmaxBackward",
                           "__cudnn$fmhaScaleBiasSoftmaxDropoutBackward"})
 LIBRARY_TARGETS = GEMM_TARGETS | CONV_TARGETS | FMHA_TARGETS
+# operand-less calls XLA uses to allocate a workspace (cuDNN fusions, custom kernels): contents undefined
+SCRATCH_TARGETS = frozenset({"__nop", "__custom_kernel_fusion$workspace"})
 
 
 def library_family(target: str) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hlo.errors import HloUnsupportedError
+from ..hlo.library_targets import SCRATCH_TARGETS
 from . import rng_bits
 from .library_calls import LIBRARY_CALLS
 from .numerics import dtype_of
@@ -149,7 +150,6 @@ def _ids(ev, inst, ops):
 
 _IDENTITY_TARGETS = {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost",
                      "MoveToDevice", "annotate_device_placement", "LayoutConstraint", "X64Combine"}
-_SCRATCH_TARGETS = {"__nop", "__custom_kernel_fusion$workspace"}
 
 
 @op("custom-call")
@@ -164,7 +164,7 @@ def _custom_call(ev, inst, ops):
         return ops[0]
     if target in LIBRARY_CALLS:
         return LIBRARY_CALLS[target](ev, inst, ops)
-    if target in _SCRATCH_TARGETS and not ops and inst.shape.is_array:
+    if target in SCRATCH_TARGETS and not ops and inst.shape.is_array:
         # a workspace XLA allocates for a library or custom kernel: contents undefined
         return np.zeros(inst.shape.dimensions, dtype=dtype_of(inst.shape.element_type))
     raise HloUnsupportedError(f"custom-call target '{target}' has no defined meaning in the interpreter",

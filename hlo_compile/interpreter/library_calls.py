@@ -8,20 +8,9 @@ that the two check each other.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
-
-Handler = Callable[[Any, Any, list], Any]
+from .registry import Handler, registrar
 
 LIBRARY_CALLS: dict[str, Handler] = {}
 
-
-def library_call(*targets: str) -> Callable[[Handler], Handler]:
-    """Register ``fn(ev, inst, operands)`` as the meaning of every custom-call target in ``targets``."""
-    def wrap(fn: Handler) -> Handler:
-        for t in targets:
-            if t in LIBRARY_CALLS:
-                raise ValueError(f"custom-call target {t} registered twice")
-            LIBRARY_CALLS[t] = fn
-        return fn
-    return wrap
-
+# ``@library_call(*targets)``: register ``fn(ev, inst, operands)`` as the meaning of each target
+library_call = registrar(LIBRARY_CALLS, "custom-call target")

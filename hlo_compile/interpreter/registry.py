@@ -23,12 +23,19 @@ class Token:
 TOKEN = Token()
 
 
-def op(*names: str) -> Callable[[Handler], Handler]:
-    """Register ``fn`` as the handler of every opcode in ``names``."""
-    def wrap(fn: Handler) -> Handler:
-        for n in names:
-            if n in OPS:
-                raise ValueError(f"opcode {n} registered twice")
-            OPS[n] = fn
-        return fn
-    return wrap
+def registrar(table: dict[str, Handler], what: str) -> Callable[..., Callable[[Handler], Handler]]:
+    """A decorator factory registering a handler under names in ``table`` (each name once;
+    ``what`` names the kind of key in the error)."""
+    def register(*names: str) -> Callable[[Handler], Handler]:
+        def wrap(fn: Handler) -> Handler:
+            for n in names:
+                if n in table:
+                    raise ValueError(f"{what} {n} registered twice")
+                table[n] = fn
+            return fn
+        return wrap
+    return register
+
+
+# ``@op(*opcodes)``: register ``fn`` as the handler of every opcode named
+op = registrar(OPS, "opcode")

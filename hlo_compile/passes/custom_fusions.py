@@ -21,10 +21,10 @@ only says how XLA generates code (notes/xla-gpu-calls.md §4-5). So:
 """
 from __future__ import annotations
 
-import json
-
 from ..hlo import HloComputation, HloInstruction, HloModule
 from ..hlo.attributes import Attribute
+from ..hlo.backend_config import fusion_backend_config
+from ..hlo.library_targets import SCRATCH_TARGETS
 from ..hlo.rewrite import NameScope, insert_instructions, new_instruction
 from ..hlo.shape import Shape
 from .inline_calls import inline_calls
@@ -33,7 +33,6 @@ CUSTOM_FUSION_KINDS = frozenset({"__triton_gemm", "__triton_nested_gemm_fusion",
                                  "__triton_collective", "__cudnn$fusion", "__custom_fusion"})
 # kinds whose computation we always flatten and re-fuse
 _ALWAYS_INLINED = frozenset({"__custom_fusion", "__triton_collective"})
-SCRATCH_TARGETS = frozenset({"__nop", "__custom_kernel_fusion$workspace"})
 # ops a value passes through on its way to a root without changing which kernel computes it
 _PASS_THROUGH = frozenset({"bitcast", "reshape", "convert", "copy", "negate", "abs", "tuple", "get-tuple-element"})
 _KEPT_ATTRIBUTES = ("metadata", "frontend_attributes")
@@ -43,14 +42,7 @@ def custom_fusion_kind(inst: HloInstruction) -> str:
     """The ``fusion_backend_config.kind`` of a ``kCustom`` fusion ("" for any other instruction)."""
     if inst.opcode != "fusion" or inst.attr("kind", None) != "kCustom":
         return ""
-    raw = inst.attr("backend_config", None)
-    if not isinstance(raw, str):
-        return ""
-    try:
-        cfg = json.loads(raw).get("fusion_backend_config", {})
-    except (ValueError, AttributeError):
-        return ""
-    return str(cfg.get("kind", "")) if isinstance(cfg, dict) else ""
+    return str(fusion_backend_config(inst).get("kind", ""))
 
 
 def lower_custom_fusions(module: HloModule) -> HloModule:
