@@ -117,6 +117,14 @@ def _histogram(rel: np.ndarray) -> list[tuple[str, int]]:
     return out
 
 
+def _exact_error_extent(expected: np.ndarray, actual: np.ndarray) -> tuple[float, float]:
+    """(max abs, max rel) error over mismatching integer/pred elements, computed exactly in
+    Python integers (u64 and s64 values beyond 2**53 would round in float64)."""
+    diffs = [abs(int(e) - int(a)) for e, a in zip(expected.tolist(), actual.tolist())]
+    rels = [d / max(abs(int(e)), 1) for d, e in zip(diffs, expected.tolist())]
+    return float(max(diffs, default=0)), float(max(rels, default=0.0))
+
+
 def compare_arrays(expected: np.ndarray, actual: np.ndarray, *, rtol: float | None = None,
                    atol: float | None = None, name: str = "out", klass: str = "accumulate",
                    worst: int = 5) -> LeafComparison:
@@ -140,9 +148,10 @@ def compare_arrays(expected: np.ndarray, actual: np.ndarray, *, rtol: float | No
             for f in flat:
                 idx = np.unravel_index(f, expected.shape)
                 ev, av = expected[idx].item(), actual[idx].item()
-                diff = abs(float(ev) - float(av))
-                res.worst.append((tuple(int(i) for i in idx), ev, av, diff, diff / max(abs(float(ev)), 1e-300)))
+                diff, rel = _exact_error_extent(np.array([ev]), np.array([av]))
+                res.worst.append((tuple(int(i) for i in idx), ev, av, diff, rel))
             res.message = "integer/pred results must match exactly"
+            res.max_abs, res.max_rel = _exact_error_extent(e[bad], a[bad])
         return res
     e, a = _as_float(expected), _as_float(actual)
     e_nan, a_nan = np.isnan(e), np.isnan(a)
