@@ -830,7 +830,7 @@ def _run_step(case: Case, monkeypatch):
     from hlo_compile.runtime.steps import Frame
     from hlo_compile.runtime.values import Buffer
     fake = _FakeLt()
-    monkeypatch.setattr(cublas_steps, "_bindings", lambda inst: fake)
+    monkeypatch.setattr(cublas_steps, "require_binding", lambda name, inst: fake)
     monkeypatch.setattr(cublas_steps, "_HANDLES", {})
     inst = parse_module(call_text(case)).entry.instruction("cc")
     frame = Frame(resources=None, params=[])

@@ -22,6 +22,7 @@ from ..hlo.errors import HloUnsupportedError
 from ..hlo.gemm_call import LEGACY_GEMM, Epilogue, GemmCall, parse_gemm_call
 from ..hlo.library_targets import GEMM_TARGETS
 from .blas_plan import COLUMN, BlasPlan, MatrixLayout, blas_plan
+from .nvidia_bindings import require_binding
 from .steps import Frame, Step
 from .values import Buffer
 
@@ -37,16 +38,6 @@ _EPILOGUES = {Epilogue.DEFAULT: 1, Epilogue.RELU: 2, Epilogue.BIAS: 4, Epilogue.
 _HEURISTIC_RESULT_BYTES = 96   # sizeof(cublasLtMatmulHeuristicResult_t); the algo comes first
 
 _HANDLES: dict[str, int] = {}
-
-
-def _bindings(inst: HloInstruction) -> Any:
-    try:
-        from nvmath.bindings import cublasLt
-    except ImportError:
-        raise HloUnsupportedError(f"custom-call '%{inst.name}': cuBLASLt bindings are not installed (pip install "
-                                  "'hlo-compile[cuda]' for nvmath-python, or compile with --gemm=generated)",
-                                  inst.location) from None
-    return cublasLt
 
 
 def _compute(call: GemmCall, inst: HloInstruction) -> tuple[int, int]:
@@ -73,7 +64,7 @@ class CublasLtMatmul(Step):
 
     def run(self, platform: Any, frame: Frame) -> None:
         inst, call, plan = self.inst, self.call, self.plan
-        lt = _bindings(inst)
+        lt = require_binding("cublasLt", inst)
         ins = [int(frame.values[op].data) for op in inst.operands]
         outs = [Buffer(s, platform.allocate(s)) for s in self.outputs]
         value = outs if inst.shape.is_tuple else outs[0]

@@ -20,6 +20,7 @@ from typing import Any, Callable
 from ..hlo import HloInstruction, Shape
 from ..hlo.conv_call import TARGET_KINDS, ConvCall, ConvKind, parse_conv_call
 from ..hlo.errors import HloUnsupportedError
+from .nvidia_bindings import require_binding
 from .platform import Platform
 from .steps import Frame, Step
 from .values import Buffer
@@ -46,7 +47,7 @@ class CudnnConvolution(Step):
         if platform.name != "cuda" or device is None:
             raise HloUnsupportedError(f"custom-call %{self.inst.name}: cuDNN runs on the cuda platform only "
                                       "(not inside a captured graph)", self.inst.location)
-        cudnn = _cudnn(self.inst)
+        cudnn = require_binding("cudnn", self.inst)
         handle = _HANDLES.get(id(platform))
         if handle is None:
             handle = _HANDLES[id(platform)] = cudnn.create_handle()
@@ -161,16 +162,6 @@ def _unsupported(call: ConvCall) -> str | None:
         if call.activation not in ("kNone", "kRelu"):
             return f"activation {call.activation}"
     return None
-
-
-def _cudnn(inst: HloInstruction) -> Any:
-    try:
-        import cudnn
-    except ImportError:
-        raise HloUnsupportedError(f"custom-call %{inst.name}: the cuDNN frontend (pip install "
-                                  "nvidia-cudnn-frontend) is not installed; use --conv=generated",
-                                  inst.location) from None
-    return cudnn
 
 
 STEPS: dict[str, Callable[[Any, Any], Any]] = {t: CudnnConvolution for t in TARGET_KINDS}

@@ -8,12 +8,12 @@ is refused by name. Calls are only kept as calls when ``CompileOptions.gemm``/``
 """
 from __future__ import annotations
 
-import importlib.util
 from typing import Any, Callable
 
 from ..hlo import HloInstruction
 from ..hlo.library_targets import library_family
 from . import cublas_steps, cudnn_steps
+from .nvidia_bindings import binding_missing
 from .runnable import unsupported
 from .steps import Step
 
@@ -28,15 +28,12 @@ def library_step(inst: HloInstruction, builder: Any) -> Step:
     return build(inst, builder)
 
 
-# the NVIDIA Python package each family's steps import
-_BINDINGS = {"gemm": "nvmath", "conv": "cudnn", "fmha": "cudnn"}
+# the binding (runtime/nvidia_bindings.py) each family's steps import
+_BINDINGS = {"gemm": "cublasLt", "conv": "cudnn", "fmha": "cudnn"}
 
 
 def library_unavailable(family: str) -> str | None:
     """Why the library calls of ``family`` cannot run through NVIDIA's library here (None: they can)."""
     if not any(library_family(t) == family for t in LIBRARY_STEPS):
         return f"no {family} library step is implemented"
-    module = _BINDINGS[family]
-    if importlib.util.find_spec(module) is None:
-        return f"the Python package '{module}' is not installed (pip install 'hlo-compile[cuda]')"
-    return None
+    return binding_missing(_BINDINGS[family])
