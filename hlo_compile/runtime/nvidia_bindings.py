@@ -27,6 +27,8 @@ class Binding:
 BINDINGS: dict[str, Binding] = {
     "cublasLt": Binding("nvmath.bindings.cublasLt", "nvmath-python", "cuBLASLt", "compile with --gemm=generated"),
     "cudnn": Binding("cudnn", "nvidia-cudnn-frontend", "the cuDNN frontend", "use --conv=generated"),
+    "cufft": Binding("nvmath.bindings.cufft", "nvmath-python", "cuFFT"),
+    "cublas": Binding("nvmath.bindings.cublas", "nvmath-python", "cuBLAS"),
 }
 
 
