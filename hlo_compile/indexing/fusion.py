@@ -41,6 +41,13 @@ def _shape(inst, k: int):
 def fusion_output_to_input(fusion, output: int = 0) -> list[Entry]:
     comp = fusion.fused_computation
     start, k0 = _outputs(comp)[output]
+    return instruction_to_parameters(comp, start, k0)
+
+
+def instruction_to_parameters(comp, start, k0: int = 0) -> list[Entry]:
+    """Per parameter of ``comp``, the maps from element ``k0`` of ``start`` (any instruction
+    of ``comp``: a root, or a hero's operand as XLA's ``ComputeGroupedOutputToInputIndexing``)
+    to that parameter; None where an op without a rule is in the way, [] where unreached."""
     maps: dict = {}
     unknown: set = set()
     _add(maps, (start, k0), IndexingMap.identity(_shape(start, k0).dimensions))
