@@ -148,11 +148,19 @@ class HloComputation:
         self.rebuild_users()
 
     def rebuild_users(self) -> None:
+        """Each instruction's ``users``: the instructions reading it, once each, in order.
+        Linear in the computation's size (a value read by thousands costs no more per use)."""
         for inst in self.instructions:
             inst.users = []
         for inst in self.instructions:
-            for op in inst.operands:
-                if inst not in op.users:
+            ops = inst.operands
+            if len(ops) == 1:
+                ops[0].users.append(inst)
+                continue
+            seen: set[int] = set()
+            for op in ops:
+                if id(op) not in seen:
+                    seen.add(id(op))
                     op.users.append(inst)
 
     @property

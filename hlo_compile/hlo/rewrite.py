@@ -115,11 +115,14 @@ def insert_instructions(comp: HloComputation, insts: Sequence[HloInstruction], *
     else:
         at = len(comp.instructions)
     comp.instructions[at:at] = insts
+    touched: dict[int, HloInstruction] = {}
     for inst in insts:
         inst.parent = comp
         for op in inst.operands:
-            if all(u is not inst for u in op.users):
-                op.users.append(inst)
+            op.users.append(inst)
+            touched[id(op)] = op
+    for op in touched.values():  # each user once, first use first (linear, whatever the fan-out)
+        op.users = list({id(u): u for u in op.users}.values())
 
 
 def _position(comp: HloComputation, inst: HloInstruction) -> int:
@@ -233,21 +236,32 @@ def _move_control_predecessors(old: HloInstruction, new: HloInstruction) -> None
 def remove_dead(comp: HloComputation, candidates: Iterable[HloInstruction]) -> list[HloInstruction]:
     """Remove the ``candidates`` that nothing in ``comp`` reads (as an operand, as ROOT, as a
     control predecessor), transitively: removing one may leave another candidate unread.
-    Instructions that are not candidates always stay. Returns the removed ones."""
-    pending = set(candidates)
-    removed: list[HloInstruction] = []
-    while pending:
-        read = {comp.root}
-        for inst in comp.instructions:
-            read.update(inst.operands)
-            read.update(control_predecessors(inst))
-        dead = [i for i in comp.instructions if i in pending and i not in read]
-        if not dead:
-            break
-        remove_instructions(comp, dead)
-        pending.difference_update(dead)
-        removed.extend(dead)
-    comp.rebuild_users()
+    Instructions that are not candidates always stay. Returns the removed ones, in the
+    computation's order. Linear: one count of the reads, then a worklist."""
+    pending = {id(c): c for c in candidates}
+    if not pending:
+        return []
+    reads: dict[int, int] = {id(comp.root): 1}
+    for inst in comp.instructions:
+        for r in (*inst.operands, *control_predecessors(inst)):
+            reads[id(r)] = reads.get(id(r), 0) + 1
+    members = {id(i) for i in comp.instructions}
+    work = [c for c in pending.values() if id(c) in members and not reads.get(id(c))]
+    dead: set[int] = set()
+    while work:
+        inst = work.pop()
+        if id(inst) in dead:
+            continue
+        dead.add(id(inst))
+        for r in (*inst.operands, *control_predecessors(inst)):
+            reads[id(r)] -= 1
+            if not reads[id(r)] and id(r) in pending and id(r) in members:
+                work.append(r)
+    removed = [i for i in comp.instructions if id(i) in dead]
+    if removed:
+        remove_instructions(comp, removed)
+    else:
+        comp.rebuild_users()
     return removed
 
 
@@ -266,6 +280,17 @@ def add_computation(module: HloModule, comp: HloComputation, *, before: HloCompu
         at = next(k for k, c in enumerate(comps) if c is anchor) + (after is not None)
     comps.insert(at, comp)
     comp.parent = module
+
+
+def add_computations(module: HloModule, comps: Sequence[HloComputation], *, before: HloComputation) -> None:
+    """Add ``comps`` (in order) to ``module`` just before ``before``: one search, however many
+    (a pass adding a fused computation per fusion)."""
+    if not comps:
+        return
+    at = next(k for k, c in enumerate(module.computations) if c is before)
+    module.computations[at:at] = comps
+    for comp in comps:
+        comp.parent = module
 
 
 def remove_computations(module: HloModule, comps: Iterable[HloComputation]) -> None:

@@ -35,7 +35,7 @@ import math
 
 from hlo_compile.hlo.ir import HloInstruction
 from hlo_compile.hlo.opcodes import ELEMENTWISE
-from hlo_compile.hlo.rewrite import (NameScope, Target, add_computation, computation_of, module_of,
+from hlo_compile.hlo.rewrite import (NameScope, Target, add_computations, computation_of, module_of,
                                      remove_computations, remove_dead, remove_instructions, replace_instructions)
 
 from .fusion_builder import build_fusion
@@ -88,8 +88,8 @@ def fuse_instructions(target: Target) -> Target:
         members = sorted(group.members, key=lambda m: order[id(m)])
         kind = "kInput" if group.root.opcode == "reduce" else "kLoop"
         fusion = build_fusion(members, group.root, names.fresh(f"fused_{group.root.name}"), kind)
-        add_computation(module, fusion.fused_computation, before=comp)
         replaced[group.root] = fusion
+    add_computations(module, [f.fused_computation for f in replaced.values()], before=comp)
     remove_instructions(comp, [i for i in comp.instructions if id(i) in moved])
     replace_instructions(comp, replaced)
     # a producer duplicated into every group that reads it is dead now, and so is a group
@@ -122,21 +122,32 @@ def _cheap(inst: HloInstruction) -> bool:
 
 
 class _Group:
-    """A consumer and the producers fused into it."""
+    """A consumer and the producers fused into it. The work per member is bounded by the
+    member's operands and the group's limits, never by how many users a producer has
+    elsewhere in the module (a shared constant read by every layer)."""
 
     def __init__(self, root: HloInstruction, order: dict[int, int]):
         self.root = root
         self.order = order
         self.owned: dict[int, HloInstruction] = {id(root): root}      # moved in (and the root)
         self.duplicated: dict[int, HloInstruction] = {}              # copied in, kept outside
+        self._outside: set[int] = {id(op) for op in root.operands}   # operands read from outside
+        self._owned_readers: dict[int, int] = {}    # producer → owned members that read it
+        self._reused_by: set[int] = set()           # producers a _REUSING member reads
 
     @property
     def members(self) -> list[HloInstruction]:
         return list(self.owned.values()) + list(self.duplicated.values())
 
     def outside_operands(self) -> set[int]:
-        ids = {id(m) for m in self.members}
-        return {id(op) for m in self.members for op in m.operands if id(op) not in ids}
+        return set(self._outside)
+
+    def _note_reader(self, inst: HloInstruction, owned: bool) -> None:
+        for op_id in {id(op) for op in inst.operands}:
+            if owned:
+                self._owned_readers[op_id] = self._owned_readers.get(op_id, 0) + 1
+            if inst.opcode in _REUSING:
+                self._reused_by.add(op_id)
 
     def grow(self, moved: set[int], read: set[int]) -> None:
         heap: list[tuple[int, int, HloInstruction]] = []
@@ -147,6 +158,7 @@ class _Group:
                 if id(op) not in queued:
                     queued.add(id(op))
                     heapq.heappush(heap, (-self.order[id(op)], id(op), op))
+        self._note_reader(self.root, True)
         push_operands(self.root)
         while heap:
             _, _, p = heapq.heappop(heap)  # users before producers: highest post-order first
@@ -154,21 +166,22 @@ class _Group:
                 continue
             if len(self.owned) + len(self.duplicated) >= MAX_FUSED_INSTRUCTIONS:
                 return
-            readers = [u for u in p.users if id(u) in self.owned or id(u) in self.duplicated]
-            if not readers:
+            # every queued producer is read by a member (operands are pushed only once their
+            # reader joined), so its readers in the group are never none
+            if p.opcode in EXPENSIVE and id(p) in self._reused_by:
                 continue
-            if p.opcode in EXPENSIVE and any(u.opcode in _REUSING for u in readers):
+            owned = self._owned_readers.get(id(p), 0) == len(p.users) and id(p) not in read
+            if not owned and not _cheap(p):
                 continue
-            if all(id(u) in self.owned for u in p.users) and id(p) not in read:
+            outside = (self._outside - {id(p)}) | {id(op) for op in p.operands
+                                                   if id(op) not in self.owned and id(op) not in self.duplicated}
+            if len(outside) > MAX_FUSION_OPERANDS:
+                continue
+            self._outside = outside
+            if owned:
                 self.owned[id(p)] = p
                 moved.add(id(p))
-            elif _cheap(p):
-                self.duplicated[id(p)] = p
             else:
-                continue
-            if len(self.outside_operands()) > MAX_FUSION_OPERANDS:
-                self.owned.pop(id(p), None)
-                self.duplicated.pop(id(p), None)
-                moved.discard(id(p))
-                continue
+                self.duplicated[id(p)] = p
+            self._note_reader(p, owned)
             push_operands(p)

@@ -18,8 +18,8 @@ modules whose last computation *is* the fused computation; it builds the ENTRY t
 from __future__ import annotations
 
 from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule
-from hlo_compile.hlo.rewrite import (NameScope, Target, add_computation, computation_of, module_of,
-                                     new_instruction, replace_instructions, set_entry)
+from hlo_compile.hlo.rewrite import (NameScope, Target, add_computation, add_computations, computation_of,
+                                     module_of, new_instruction, replace_instructions, set_entry)
 
 from .fusion import fuse_instructions
 from .fusion_builder import build_fusion, fusion_attributes
@@ -27,7 +27,7 @@ from .fusion_builder import build_fusion, fusion_attributes
 # Opcodes that never get a kernel of their own.
 _NO_KERNEL = frozenset({
     "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "fusion", "domain",
-    "while", "conditional", "call", "after-all", "add-dependency", "opt-barrier", "custom-call",
+    "while", "conditional", "call", "after-all", "add-dependency", "opt-barrier", "custom-call", "fft",
     "infeed", "outfeed", "send", "send-done", "recv", "recv-done", "partition-id", "replica-id",
     "rng-get-and-update-state", "all-reduce", "all-gather", "all-to-all", "ragged-all-to-all",
     "reduce-scatter", "collective-permute", "collective-broadcast", "async-start", "async-update",
@@ -59,9 +59,8 @@ def wrap_lone_instructions(target: Target) -> Target:
     replaced: dict[HloInstruction, HloInstruction] = {}
     for inst in comp.instructions:
         if needs_kernel(inst):
-            fusion = build_fusion([inst], inst, names.fresh(f"fused_{inst.name}"), "kLoop")
-            add_computation(module, fusion.fused_computation, before=comp)
-            replaced[inst] = fusion
+            replaced[inst] = build_fusion([inst], inst, names.fresh(f"fused_{inst.name}"), "kLoop")
+    add_computations(module, [f.fused_computation for f in replaced.values()], before=comp)
     replace_instructions(comp, replaced)
     return target
 
