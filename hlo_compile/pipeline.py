@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .codegen.compiler import ModulePlan
+from .codegen.report import FFT_LIBRARY, FFT_REASON, fft_calls
 from .dump import (BEFORE_OPTIMIZATIONS, DumpDirectory, DumpWriter, as_dump_directory, safe_file_name,
                    xla_arch_name)
 from .hlo import HloModule
@@ -197,7 +198,7 @@ def summary(result: PipelineResult) -> dict:
             "fusion": k.fusion.name, "kernel": k.kernel_name, "hero": ", ".join(h.name for h in a.heroes),
             "emitter": a.emitter, "variant": a.variant, "reason": a.reason,
             "grid": list(k.launch.grid), "block": list(k.launch.block), **k.spec.summary_fields(),
-            "in_place": bool(k.donated),
+            "in_place": bool(k.donated), "reuses": k.reuses,
             "shared_bytes": k.launch.shared_bytes,
             "registers": res.registers if res else None,
             "spills": (res.spill_stores_bytes + res.spill_loads_bytes) if res else None,
@@ -207,6 +208,11 @@ def summary(result: PipelineResult) -> dict:
         target = call.attr("custom_call_target")
         kernels.append({"fusion": call.name, "kernel": None, "hero": call.name, "emitter": "library",
                         "variant": None, "library": target, "reason": library_reason(target),
+                        "grid": None, "block": None, "shared_bytes": 0, "registers": None, "spills": None,
+                        "stage_seconds": {}})
+    for fft in (fft_calls(plan) if plan is not None else []):
+        kernels.append({"fusion": fft.name, "kernel": None, "hero": fft.name, "emitter": "library",
+                        "variant": None, "library": FFT_LIBRARY, "reason": FFT_REASON,
                         "grid": None, "block": None, "shared_bytes": 0, "registers": None, "spills": None,
                         "stage_seconds": {}})
     return {"module": result.source.name, "arch": result.options.arch, "kernels": kernels,

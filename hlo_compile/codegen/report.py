@@ -2,18 +2,29 @@
 configuration, the thread→output indexing map and the partition into functions."""
 from __future__ import annotations
 
+from ..hlo.ir import HloInstruction
 from ..hlo.library_targets import library_reason
 from .compiler import ModulePlan
+
+FFT_LIBRARY = "cufft"
+FFT_REASON = "fft runs as a runtime step: cuFFT on cuda, numpy's FFT on the host (no kernel)"
+
+
+def fft_calls(plan: ModulePlan) -> list[HloInstruction]:
+    """The ``fft`` instructions the runtime runs as steps, in program order."""
+    return [i for c in (plan.computations or [plan.module.entry]) for i in c.instructions if i.opcode == "fft"]
 
 
 def fusion_report_text(plan: ModulePlan) -> str:
     calls = plan.library_calls
-    extra = f", {len(calls)} library call(s)" if calls else ""
+    ffts = fft_calls(plan)
+    extra = f", {len(calls) + len(ffts)} library call(s)" if calls or ffts else ""
     out = [f"// device: {plan.device.name} ({plan.device.arch}), {len(plan.kernels)} kernel(s){extra}"]
     for k in plan.kernels:
         a = k.analysis
         launch = k.launch
-        out.append(f"fusion %{k.fusion.name} -> kernel {k.kernel_name}")
+        out.append(f"fusion %{k.fusion.name} -> kernel {k.kernel_name}"
+                   + (f" (reuses the kernel of %{k.reuses})" if k.reuses else ""))
         out.append(f"  roots: {', '.join('%' + r.name for r in a.roots)}")
         out.append(f"  heroes: {', '.join('%' + h.name for h in a.heroes)}")
         out.append(f"  xla emitter: {a.xla_emitter}")
@@ -29,4 +40,8 @@ def fusion_report_text(plan: ModulePlan) -> str:
         out.append(f"custom-call %{call.name} -> library {target}")
         out.append("  emitter: library")
         out.append(f"  reason: {library_reason(target)}")
+    for fft in ffts:
+        out.append(f"fft %{fft.name} -> library {FFT_LIBRARY} ({fft.attr('fft_type', 'FFT')})")
+        out.append("  emitter: library")
+        out.append(f"  reason: {FFT_REASON}")
     return "\n".join(out) + "\n"

@@ -20,6 +20,7 @@ from .registry import OPS, TOKEN
 # Importing the families fills the table.
 from . import elementwise, shape_ops, reduction, gather_scatter, dot_conv, sort_ops, control_flow  # noqa: F401,E402
 from . import conv_calls, fmha_calls, gemm_calls  # noqa: F401,E402  (library calls register)
+from . import fft  # noqa: F401,E402
 
 
 class Evaluator:

@@ -99,6 +99,9 @@ def unsupported_reason(exe: Any) -> str | None:
             where = f" at line {inst.location.line}" if inst.location else ""
             return (f"{inst.opcode} '%{inst.name}'{where} reads its predicate back on the host "
                     "between kernels")
+        if inst.opcode == "fft":
+            where = f" at line {inst.location.line}" if inst.location else ""
+            return f"fft '%{inst.name}'{where} runs as a step of its own (cuFFT, or numpy on the host), not in a graph"
     return None
 
 

@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 from ..codegen.compiler import ModulePlan
 from ..hlo import HloComputation, HloInstruction
 from .control_flow import Conditional, While
+from .fft_steps import fft_step
 from .library_steps import library_step
 from .platform import Platform
 from .runnable import unsupported
@@ -84,6 +85,7 @@ STEP_TYPES: dict[str, Callable[[HloInstruction, ProgramBuilder], Step]] = {
     "while": _while,
     "conditional": _conditional,
     "custom-call": library_step,
+    "fft": fft_step,
 }
 
 

@@ -15,8 +15,8 @@ from ..hlo.errors import HloUnsupportedError
 from ..hlo.library_targets import library_family
 
 RUNNABLE_OPCODES = frozenset({"parameter", "constant", "bitcast", "opt-barrier", "get-tuple-element", "tuple",
-                              "fusion", "while", "conditional", "custom-call"})
-SUPPORTED = "fusions, parameters, constants, bitcasts, tuples, while, conditional and library calls"
+                              "fusion", "while", "conditional", "custom-call", "fft"})
+SUPPORTED = "fusions, parameters, constants, bitcasts, tuples, while, conditional, fft and library calls"
 
 
 def unsupported(inst: HloInstruction, platform: str | None) -> HloUnsupportedError:
