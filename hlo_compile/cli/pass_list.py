@@ -51,8 +51,8 @@ def _inline(m: HloModule, o: CompileOptions) -> HloModule:
 
 def _tree(m: HloModule, o: CompileOptions) -> HloModule:
     from ..codegen.device_info import device_for_arch
-    from ..passes.tree_reduction import rewrite_tree_reductions
-    return rewrite_tree_reductions(m, device_for_arch(o.arch))
+    from ..passes.tree_reduction_fusions import rewrite_tree_reductions_everywhere
+    return rewrite_tree_reductions_everywhere(m, device_for_arch(o.arch))
 
 
 def _fusion(m: HloModule, o: CompileOptions) -> HloModule:

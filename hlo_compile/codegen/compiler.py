@@ -23,7 +23,7 @@ from ..hlo.unbounded import refuse_unbounded_dimensions
 from ..options import CompileOptions
 from ..passes import run_passes
 from ..passes.prepare_control_flow import executed_computations
-from ..passes.tree_reduction import rewrite_tree_reductions
+from ..passes.tree_reduction_fusions import rewrite_tree_reductions_everywhere
 from .device_info import DeviceInfo, device_for_arch
 from .emitter_kind import EmitterKind
 from .emitters import EMITTERS, EMPTY_KERNEL, Emitter
@@ -167,7 +167,7 @@ def _plan_fusion(fusion: HloInstruction, device: DeviceInfo, kernel_name: str) -
 def prepare_module(module: HloModule, options: CompileOptions) -> HloModule:
     """The module after the passes and the code generator's own rewrites (a copy)."""
     device = device_for_arch(options.arch)
-    return run_passes(module, before_fusion=[lambda m: rewrite_tree_reductions(m, device)],
+    return run_passes(module, before_fusion=[lambda m: rewrite_tree_reductions_everywhere(m, device)],
                       fusion=options.fusion, generated_calls=options.generated_call_families())
 
 

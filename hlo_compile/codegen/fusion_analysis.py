@@ -12,6 +12,7 @@ hero search and the predicates the rules ask live in ``hero_search.py`` and ``he
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
@@ -30,10 +31,16 @@ from .hero_shapes import (ReductionDimensions, TransposeDescription, bits_of, is
 __all__ = [
     "HERO_RULES", "FusionAnalysis", "ReductionDimensions", "TransposeDescription", "analyze_fusion", "bits_of",
     "can_emit_dus_in_place", "conv_hero", "custom_fusion_config", "dot_hero", "find_hero", "fusion_roots",
-    "is_elementwise", "is_intermediate", "is_race_free", "is_real_reduction_hero", "is_reduction_from_or_to_contiguous_dimensions",
+    "is_elementwise", "is_intermediate", "is_race_free", "is_real_reduction_hero",
+    "is_reduction_from_or_to_contiguous_dimensions",
     "multi_row_vector_size", "reduction_dimensions", "reduction_variant", "reshape_is_bitcast",
-    "transpose_description",
+    "transpose_description", "TREE_REDUCTION_ATTRIBUTE", "tree_reduction_note",
 ]
+
+# the frontend attribute ``passes/tree_reduction_fusions.py`` puts on the fusions it builds
+# when it splits a reduce that is not race-free out of a formed fusion: what the split is
+TREE_REDUCTION_ATTRIBUTE = "tree_reduction"
+_TREE_NOTE = re.compile(TREE_REDUCTION_ATTRIBUTE + r'="((?:[^"\\]|\\.)*)"')
 
 _INT_MAX = 2**31 - 1
 # XLA's kinds the loop emitter can stand in for (it computes the fusion element by element)
@@ -129,10 +136,20 @@ def analyze_fusion(fusion: HloInstruction, device: DeviceInfo,
                     frozenset(available))
     choice = next(c for c in (rule(facts) for rule in HERO_RULES) if c is not None)
     emitter, reason = _our_emitter(choice, facts.available)
+    split = tree_reduction_note(fusion)
+    if split:
+        reason = f"{split}; {reason}"
     heroes_kind = choice.heroes_kind or choice.xla
     return FusionAnalysis(fusion, device, roots, list(roots) if heroes_kind in _LOOP_KINDS else heroes, choice.xla,
                           emitter, choice.variant, reason, choice.transpose, choice.reduction, choice.hero_reduce,
                           facts.in_bits, facts.out_bits, heroes)
+
+
+def tree_reduction_note(fusion: HloInstruction) -> str:
+    """What tree-reduction split made ``fusion`` (``TREE_REDUCTION_ATTRIBUTE``), or ""."""
+    raw = fusion.attributes.get("frontend_attributes")
+    m = _TREE_NOTE.search(raw.raw) if raw is not None else None
+    return re.sub(r"\\(.)", r"\1", m.group(1)) if m else ""
 
 
 def _our_emitter(choice: _Choice, available: frozenset[EmitterKind]) -> tuple[EmitterKind | None, str]:

@@ -47,7 +47,7 @@ def rewrite_tree_reductions(target: Target, device: DeviceInfo | None) -> Target
     work = [i for i in comp.instructions if i.opcode == "reduce"]
     while work:
         inst = work.pop(0)
-        new = _rewrite(comp, inst, device, names)
+        new = split_reduce(comp, inst, device, names)
         work.extend(new)
     comp.rebuild_users()
     return target
@@ -59,19 +59,29 @@ def _column_bound(device: DeviceInfo | None) -> int:
     return (device.threads_per_warp if device else 32) * 128
 
 
-def _rewrite(comp: HloComputation, red: HloInstruction, device: DeviceInfo | None,
-             names: NameScope) -> list[HloInstruction]:
-    """Replace ``red`` if it is not race-free; returns the new reduces (to be checked again)."""
+def needs_split(red: HloInstruction, device: DeviceInfo | None) -> bool:
+    """Whether ``split_reduce`` rewrites ``red``: a contiguous reduce that is not race-free,
+    with default layouts."""
+    if not is_reduction_from_or_to_contiguous_dimensions(red, device):
+        return False
+    if is_race_free(reduction_dimensions(red), device):
+        return False
+    outs = red.shape.tuple_shapes if red.shape.is_tuple else [red.shape]
+    inputs = red.operands[:len(red.operands) // 2]
+    return all(s.has_default_layout() for s in [x.shape for x in inputs] + list(outs))
+
+
+def split_reduce(comp: HloComputation, red: HloInstruction, device: DeviceInfo | None,
+                 names: NameScope) -> list[HloInstruction]:
+    """Replace ``red`` (an instruction of ``comp``) if it is not race-free; returns the new
+    reduces ``[inner, outer]`` (to be checked again; the outer one computes ``red``'s value),
+    or ``[]`` when ``red`` stays."""
     n_in = len(red.operands) // 2
     inputs, inits = red.operands[:n_in], red.operands[n_in:]
     outs = red.shape.tuple_shapes if red.shape.is_tuple else [red.shape]
-    if not is_reduction_from_or_to_contiguous_dimensions(red, device):
+    if not needs_split(red, device):
         return []
     rd = reduction_dimensions(red)
-    if is_race_free(rd, device):
-        return []
-    if not all(s.has_default_layout() for s in [x.shape for x in inputs] + list(outs)):
-        return []
     if rd.is_row:
         z, y, x = rd.dimensions
         norm = [(z, True), (y, False), (x, True)]
