@@ -12,7 +12,7 @@ import pytest
 from hlo_compile import parse_module
 from hlo_compile.hlo.errors import HloUnsupportedError
 from hlo_compile.interpreter import evaluate_module
-from hlo_compile.interpreter.participants import named_participants, participant_count
+from hlo_compile.hlo.collective_groups import World, world_of
 from hlo_compile.runtime.program import STEP_TYPES
 from hlo_compile.runtime.runnable import RUNNABLE_OPCODES
 
@@ -42,18 +42,18 @@ SPMD_OPS = {
 
 
 @pytest.mark.parametrize("op", sorted(SPMD_OPS))
-def test_spmd_module_is_refused_by_the_interpreter(op):
+def test_spmd_module_is_not_run_as_one_device(op):
+    """evaluate_module is the one-participant entry point: an SPMD module goes to evaluate_spmd."""
     text = _module(", num_partitions=4", SPMD_OPS[op])
-    with pytest.raises(HloUnsupportedError) as info:
+    with pytest.raises(HloUnsupportedError, match="4 participants"):
         evaluate_module(parse_module(text), [np.arange(8, dtype=np.float32)])
-    assert op in info.value.message and "4 participants" in info.value.message
-    assert info.value.location is not None and info.value.location.line >= 8
 
 
 def test_groups_naming_other_participants_are_refused_without_a_header():
     text = _module("", "  ROOT r = f32[8]{0} all-reduce(x), replica_groups={{0,1}}, to_apply=add")
-    with pytest.raises(HloUnsupportedError, match="name 2 participants"):
+    with pytest.raises(HloUnsupportedError, match="name id 1") as info:
         evaluate_module(parse_module(text), [np.arange(8, dtype=np.float32)])
+    assert "all-reduce '%r'" in info.value.message and info.value.location.line == 11
 
 
 def test_one_participant_keeps_the_one_device_meaning():
@@ -62,15 +62,15 @@ def test_one_participant_keeps_the_one_device_meaning():
     np.testing.assert_array_equal(evaluate_module(parse_module(text), [x]), x)
     pid = _module("", "  ROOT r = u32[] partition-id()")
     assert int(evaluate_module(parse_module(pid), [x])) == 0
+    permute = _module("", "  ROOT r = f32[8]{0} collective-permute(x), source_target_pairs={{0,0}}")
+    np.testing.assert_array_equal(evaluate_module(parse_module(permute), [x]), x)
+    nobody = _module("", "  ROOT r = f32[8]{0} collective-permute(x), source_target_pairs={}")
+    np.testing.assert_array_equal(evaluate_module(parse_module(nobody), [x]), np.zeros(8, np.float32))
 
 
-def test_participants_are_counted_from_the_header_and_the_groups():
+def test_participants_are_counted_from_the_header():
     m = parse_module(_module(", replica_count=2, num_partitions=4", "  ROOT r = u32[] replica-id()"))
-    assert participant_count(m) == 8
-    iota = parse_module(_module("", "  ROOT r = f32[8]{0} all-reduce(x), replica_groups=[2,4]<=[8], to_apply=add"))
-    assert named_participants(iota.entry.root) == 8
-    plain = parse_module(_module("", "  ROOT r = f32[8]{0} all-reduce(x), replica_groups={{0},{3}}, to_apply=add"))
-    assert named_participants(plain.entry.root) == 4
+    assert world_of(m).size == 8 and world_of(m, 3, None) == World(3, 4)
 
 
 def test_runtime_steps_and_the_compile_check_agree():

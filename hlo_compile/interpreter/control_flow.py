@@ -1,5 +1,5 @@
-"""Calls and control flow (call, fusion, while, conditional, async wrappers), tokens,
-custom-calls with a defined meaning, the single-device meaning of collectives, and rng."""
+"""Calls and control flow (call, fusion, while, conditional), tokens, custom-calls with a
+defined meaning, and rng (async pairs: ``async_ops.py``; collectives: ``collectives.py``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +9,6 @@ from ..hlo.library_targets import SCRATCH_TARGETS
 from . import rng_bits
 from .library_calls import LIBRARY_CALLS
 from .numerics import dtype_of
-from .participants import require_one_participant
 from .registry import TOKEN, op
 from .sort_ops import top_k
 
@@ -51,99 +50,6 @@ def _after_all(ev, inst, ops):
 @op("add-dependency")
 def _add_dependency(ev, inst, ops):
     return ops[0]
-
-
-# ---- async wrappers: start returns ((operands), result, context), done returns result ----------
-
-@op("async-start")
-def _async_start(ev, inst, ops):
-    out = ev.evaluate(inst.attr("calls"), ops)
-    return (tuple(ops), out, np.zeros((), np.int32))
-
-
-@op("async-update")
-def _async_update(ev, inst, ops):
-    return ops[0]
-
-
-@op("async-done")
-def _async_done(ev, inst, ops):
-    return ops[0][1]
-
-
-@op("copy-start")
-def _copy_start(ev, inst, ops):
-    return (ops[0], ops[0], np.zeros((), np.uint32))
-
-
-@op("copy-done")
-def _copy_done(ev, inst, ops):
-    return ops[0][0]
-
-
-# ---- collectives on one device ---------------------------------------------------------------
-
-def _single(ops):
-    return ops[0] if len(ops) == 1 else tuple(ops)
-
-
-@op("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-broadcast")
-def _collective(ev, inst, ops):
-    require_one_participant(ev.module, inst)
-    return _single(ops)
-
-
-@op("all-reduce-start")
-def _all_reduce_start(ev, inst, ops):
-    require_one_participant(ev.module, inst)
-    return _single(ops)
-
-
-@op("all-reduce-done")
-def _all_reduce_done(ev, inst, ops):
-    return ops[0]
-
-
-@op("all-gather-start")
-def _all_gather_start(ev, inst, ops):
-    require_one_participant(ev.module, inst)
-    return (_single(ops), _single(ops)) if inst.shape.is_tuple else _single(ops)
-
-
-@op("all-gather-done")
-def _all_gather_done(ev, inst, ops):
-    return ops[0][1] if isinstance(ops[0], tuple) and inst.operands[0].shape.is_tuple else ops[0]
-
-
-def _permute(inst, x):
-    pairs = inst.attr("source_target_pairs", "{}")
-    if isinstance(pairs, str) and "{0,0}" in pairs.replace(" ", ""):
-        return x
-    return np.zeros_like(x)
-
-
-@op("collective-permute")
-def _collective_permute(ev, inst, ops):
-    require_one_participant(ev.module, inst)
-    return _permute(inst, np.asarray(ops[0]))
-
-
-@op("collective-permute-start")
-def _collective_permute_start(ev, inst, ops):
-    require_one_participant(ev.module, inst)
-    out = _permute(inst, np.asarray(ops[0]))
-    return (ops[0], out) + tuple(np.zeros((), np.uint32) for _ in inst.shape.tuple_shapes[2:])
-
-
-@op("collective-permute-done")
-def _collective_permute_done(ev, inst, ops):
-    return ops[0][1]
-
-
-@op("partition-id", "replica-id")
-def _ids(ev, inst, ops):
-    require_one_participant(ev.module, inst)
-    return np.zeros((), dtype=dtype_of(inst.shape.element_type))
 
 
 # ---- custom-call ---------------------------------------------------------------------------------
@@ -198,10 +104,3 @@ def _rng(ev, inst, ops):
 def _rng_bit_generator(ev, inst, ops):
     # deterministic in its state: Philox/Threefry exactly as XLA (rng_bits.py), no seed needed
     return rng_bits.evaluate(inst, ops[0])
-
-
-@op("rng-get-and-update-state")
-def _rng_state(ev, inst, ops):
-    g = _need_seed(ev, inst)
-    return g.integers(0, 2**63, size=tuple(inst.shape.dimensions), dtype=np.int64).astype(
-        dtype_of(inst.shape.element_type))

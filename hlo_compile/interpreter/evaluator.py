@@ -7,12 +7,12 @@ elementwise handler broadcasts, so a scalar computation applied to arrays is vec
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..hlo.errors import HloError, HloUnsupportedError
-from ..hlo.ir import HloComputation, HloInstruction, HloModule
+from ..hlo.ir import HloComputation, HloModule
 from ..hlo.unbounded import refuse_unbounded_dimensions
 from .numerics import dtype_of
 from .registry import OPS, TOKEN
@@ -20,16 +20,25 @@ from .registry import OPS, TOKEN
 # Importing the families fills the table.
 from . import elementwise, shape_ops, reduction, gather_scatter, dot_conv, sort_ops, control_flow  # noqa: F401,E402
 from . import conv_calls, fmha_calls, gemm_calls  # noqa: F401,E402  (library calls register)
+from . import async_ops, collectives  # noqa: F401,E402
+from .async_ops import sugar_handler  # noqa: E402
+from .participants import Participant, run_participants, single_participant  # noqa: E402
+from ..hlo.collective_groups import World, world_of  # noqa: E402
 from . import fft  # noqa: F401,E402
 
 
 class Evaluator:
-    """Evaluates computations of one module. ``seed`` enables rng ops (otherwise an error)."""
+    """Evaluates computations of one module. ``seed`` enables rng ops (otherwise an error).
+    ``participant``: who runs it (SPMD: ``participants.py``; default the only one);
+    ``rng_states``: the ``rng-get-and-update-state`` counters, kept by the caller across runs."""
 
-    def __init__(self, module: HloModule | None = None, *, seed: int | None = None):
+    def __init__(self, module: HloModule | None = None, *, seed: int | None = None,
+                 participant: Participant | None = None, rng_states: dict | None = None):
         self.module = module
         self.seed = seed
         self.rng = np.random.default_rng(seed) if seed is not None else None
+        self.participant = participant or single_participant()
+        self.rng_states = rng_states if rng_states is not None else {}
         self._dead_after: dict[int, list[list[int]]] = {}
 
     def _values_dead_after(self, comp: HloComputation) -> list[list[int]]:
@@ -64,7 +73,7 @@ class Evaluator:
                     env.pop(value, None)
             if inst.opcode == "parameter":
                 continue
-            fn = OPS.get(inst.opcode)
+            fn = OPS.get(inst.opcode) or sugar_handler(inst.opcode)
             if fn is None:
                 raise HloUnsupportedError(f"the interpreter does not implement opcode '{inst.opcode}'",
                                           inst.location)
@@ -107,18 +116,38 @@ def coerce_argument(value: Any, shape) -> Any:
     return arr
 
 
-def evaluate_module(module: HloModule, args: list, *, seed: int | None = None) -> Any:
+def evaluate_module(module: HloModule, args: list, *, seed: int | None = None,
+                    rng_states: dict | None = None) -> Any:
     """Evaluate the entry computation of ``module`` on ``args`` (logical numpy arrays in entry
-    parameter order, tuple parameters as nested tuples). Returns an array or nested tuple."""
+    parameter order, tuple parameters as nested tuples). Returns an array or nested tuple.
+    A module whose header names several participants is refused here: ``evaluate_spmd``."""
+    world = world_of(module)
+    if world.size > 1:
+        raise HloUnsupportedError(f"module {module.name} runs on {world.size} participants (replica_count x "
+                                  "num_partitions); evaluate it with evaluate_spmd (hlo-run runs every participant)")
+    return evaluate_spmd(module, args, world, seed=seed, rng_states=[rng_states] if rng_states is not None else None)[0]
+
+
+def evaluate_spmd(module: HloModule, args: Sequence[Any] | Callable[[int], Sequence[Any]], world: World | None = None,
+                  *, seed: int | None = None, rng_states: list[dict] | None = None) -> list[Any]:
+    """Run ``module`` on every participant of ``world`` (default: its header's R x P), each in
+    its own thread (``participants.py``); ``args`` are shared, or ``args(k)`` gives participant
+    k's (flattened id, replica-major). Returns each participant's result, by flattened id.
+    ``rng_states``: one dict per participant, kept by the caller across runs."""
     refuse_unbounded_dimensions(module, "evaluate")
+    world = world or world_of(module)
     params = module.entry.parameters
-    if len(args) != len(params):
-        raise HloError(f"module {module.name} takes {len(params)} arguments, got {len(args)}")
-    coerced = [coerce_argument(a, p.shape) for a, p in zip(args, params)]
-    ev = Evaluator(module, seed=seed)
-    with np.errstate(all="ignore"):
-        out = ev.evaluate(module.entry, coerced)
-    return _materialise(out)
+    states = rng_states if rng_states is not None else [{} for _ in range(world.size)]
+
+    def run(p: Participant) -> Any:
+        mine = args(p.me) if callable(args) else args
+        if len(mine) != len(params):
+            raise HloError(f"module {module.name} takes {len(params)} arguments, got {len(mine)}")
+        coerced = [coerce_argument(a, q.shape) for a, q in zip(mine, params)]
+        ev = Evaluator(module, seed=None if seed is None else seed + p.me, participant=p, rng_states=states[p.me])
+        with np.errstate(all="ignore"):
+            return _materialise(ev.evaluate(module.entry, coerced))
+    return run_participants(world, run)
 
 
 def _materialise(v: Any) -> Any:

@@ -1,0 +1,232 @@
+"""Who takes part in a collective: XLA's replica groups, group modes and source-target pairs.
+
+Participants are numbered by their *flattened id*, replica-major: ``replica * P + partition``
+(R replicas, P partitions). ``replica_groups`` is written in one of three spellings (explicit
+``{{0,1},{2,3}}``, iota ``[2,2]<=[4]`` with an optional ``T(perm)``, mesh
+``mesh['x'=2,'y'=2] {'y'}``) and its ids mean replica ids, partition ids or flattened ids
+depending on the op's *group mode* (XLA's ``GetCollectiveOpGroupMode``):
+
+- all-reduce, all-gather, reduce-scatter: no ``channel_id`` → cross-replica; a channel id and
+  ``use_global_device_ids=true`` → flattened ids; a channel id without it →
+  cross-replica-and-partition;
+- all-to-all, collective-permute, collective-broadcast, ragged-all-to-all, send, recv: a
+  channel id → cross-partition, else cross-replica.
+
+``participant_groups`` expands every form into lists of flattened ids (XLA's
+``GetParticipatingDevices``); what each participant then computes is the interpreter's and the
+runtime's business. Used by both, so it holds no numerics.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from .errors import HloUnsupportedError
+from .ir import HloInstruction
+
+CROSS_REPLICA = "cross_replica"
+CROSS_PARTITION = "cross_partition"
+CROSS_REPLICA_AND_PARTITION = "cross_replica_and_partition"
+FLATTENED_ID = "flattened_id"
+
+# ops whose channel id makes them cross-replica-and-partition / flattened (the others: cross-partition)
+_GLOBAL_ID_OPS = ("all-reduce", "all-gather", "reduce-scatter")
+
+_IOTA = re.compile(r"^\[([\d,\s]+)\]\s*<=\s*\[([\d,\s]+)\]\s*(?:T\(([\d,\s]+)\))?$")
+_MESH = re.compile(r"^mesh\[(.*)\]\s*\{(.*)\}$")
+_AXIS = re.compile(r"^'([^']*)'\s*=\s*(\d+)$")
+
+
+@dataclass(frozen=True)
+class World:
+    """The participants a module runs on: R replicas x P partitions."""
+
+    replicas: int = 1
+    partitions: int = 1
+
+    @property
+    def size(self) -> int:
+        return self.replicas * self.partitions
+
+    def flat(self, replica: int, partition: int) -> int:
+        return replica * self.partitions + partition
+
+    def ids(self, flat: int) -> tuple[int, int]:
+        """(replica, partition) of a flattened id."""
+        return divmod(flat, self.partitions)
+
+
+def world_of(module, replicas: int | None = None, partitions: int | None = None) -> World:
+    """The module header's ``replica_count`` x ``num_partitions`` unless given."""
+    def header(key: str) -> int:
+        attr = module.attributes.get(key) if module is not None else None
+        return int(attr.value) if attr is not None else 1
+    return World(replicas or header("replica_count"), partitions or header("num_partitions"))
+
+
+def base_opcode(opcode: str) -> str:
+    """``all-reduce-start`` → ``all-reduce`` (and the async sugar), others unchanged."""
+    for suffix in ("-start", "-update", "-done"):
+        if opcode.endswith(suffix):
+            return opcode[: -len(suffix)]
+    return opcode
+
+
+def group_mode(inst: HloInstruction) -> str:
+    """XLA's CollectiveOpGroupMode of ``inst``."""
+    has_channel = inst.attr("channel_id", None) is not None
+    if base_opcode(inst.opcode) in _GLOBAL_ID_OPS:
+        if not has_channel:
+            if inst.attr("use_global_device_ids", False):
+                raise _refuse(inst, "use_global_device_ids=true needs a channel_id")
+            return CROSS_REPLICA
+        return FLATTENED_ID if inst.attr("use_global_device_ids", False) else CROSS_REPLICA_AND_PARTITION
+    return CROSS_PARTITION if has_channel else CROSS_REPLICA
+
+
+def parse_replica_groups(raw: str, inst: HloInstruction | None = None) -> list[list[int]]:
+    """The list of groups any spelling stands for (``{}``/absent: the empty list)."""
+    text = (raw or "").strip()
+    if text in ("", "{}"):
+        return []
+    iota = _IOTA.match(text)
+    if iota:
+        return _iota_groups(_ints(iota.group(1)), _ints(iota.group(2)),
+                            _ints(iota.group(3)) if iota.group(3) else None, inst)
+    mesh = _MESH.match(text)
+    if mesh:
+        return _mesh_groups(mesh.group(1), mesh.group(2), inst)
+    if not text.startswith("{"):
+        raise _refuse(inst, f"replica_groups '{raw}' is in a form we do not read")
+    return [_ints(g) if g.strip() else [] for g in re.findall(r"\{([^{}]*)\}", text)]
+
+
+def parse_pairs(raw: str) -> list[tuple[int, int]]:
+    """``{{0,1},{1,2}}`` → [(0, 1), (1, 2)]."""
+    pairs = [_ints(p) for p in re.findall(r"\{([^{}]*)\}", raw or "")]
+    return [(p[0], p[1]) for p in pairs if len(p) == 2]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(n) for n in re.findall(r"\d+", text)]
+
+
+def _iota_groups(tile: list[int], dims: list[int], perm: list[int] | None, inst) -> list[list[int]]:
+    import numpy as np
+    total = int(np.prod(dims))
+    if len(tile) != 2 or tile[0] * tile[1] != total:
+        raise _refuse(inst, f"iota replica groups {tile}<={dims}: the tile must be 2-D and cover every id")
+    ids = np.arange(total).reshape(dims)
+    if perm is not None:
+        ids = ids.transpose(perm)
+    return ids.reshape(tile).tolist()
+
+
+def _mesh_groups(axes_text: str, listed_text: str, inst) -> list[list[int]]:
+    import numpy as np
+    parts = [p.strip() for p in re.split(r",(?![^()]*\))", axes_text) if p.strip()]
+    names, sizes, device_ids = [], [], None
+    for p in parts:
+        m = _AXIS.match(p)
+        if m:
+            names.append(m.group(1))
+            sizes.append(int(m.group(2)))
+        elif p.startswith("device_ids="):
+            body = p[len("device_ids="):].strip()
+            iota = re.match(r"^\(\[([\d,\s]+)\]\s*(?:T\(([\d,\s]+)\))?\)$", body)
+            if iota:
+                shape = _ints(iota.group(1))
+                ids = np.arange(int(np.prod(shape))).reshape(shape)
+                device_ids = (ids.transpose(_ints(iota.group(2))) if iota.group(2) else ids).reshape(-1)
+            else:
+                device_ids = np.array(_ints(body))
+        else:
+            raise _refuse(inst, f"mesh axis '{p}' (sub-axes, maximal meshes) is not supported")
+    listed = [x.strip().strip("'") for x in listed_text.split(",") if x.strip()]
+    if any(":" in x or x not in names for x in listed):
+        raise _refuse(inst, f"mesh replica groups list axes {listed} not all in the mesh {names}")
+    total = int(np.prod(sizes))
+    grid = (np.arange(total) if device_ids is None else device_ids).reshape(sizes)
+    order = [i for i, n in enumerate(names) if n not in listed] + [names.index(x) for x in listed]
+    size = int(np.prod([sizes[names.index(x)] for x in listed])) if listed else 1
+    return grid.transpose(order).reshape(-1, size).tolist()
+
+
+def participant_groups(inst: HloInstruction, world: World) -> list[list[int]]:
+    """``inst``'s groups as lists of flattened ids, each in rank order; every participant of
+    ``world`` is in exactly one (XLA's GetParticipatingDevices, for each device)."""
+    mode = group_mode(inst)
+    groups = parse_replica_groups(inst.attributes["replica_groups"].raw
+                                  if "replica_groups" in inst.attributes else "", inst)
+    R, P = world.replicas, world.partitions
+    if not groups:
+        groups = [list(range(world.size if mode == FLATTENED_ID else P if mode == CROSS_PARTITION else R))]
+    limit = {CROSS_REPLICA: R, CROSS_PARTITION: P, CROSS_REPLICA_AND_PARTITION: R, FLATTENED_ID: R * P}[mode]
+    for g in groups:
+        for i in g:
+            if i >= limit:
+                raise _refuse(inst, f"its replica groups name id {i}, but the module runs on {R} replica(s) x "
+                                    f"{P} partition(s) ({mode.replace('_', '-')} ids < {limit})")
+    if mode == CROSS_REPLICA:
+        out = [[world.flat(g, p) for g in grp] for p in range(P) for grp in groups]
+    elif mode == CROSS_PARTITION:
+        out = [[world.flat(r, g) for g in grp] for r in range(R) for grp in groups]
+    elif mode == CROSS_REPLICA_AND_PARTITION:
+        out = [[world.flat(g, p) for g in grp for p in range(P)] for grp in groups]
+    else:
+        out = [list(g) for g in groups]
+    seen = sorted(i for g in out for i in g)
+    if seen != list(range(world.size)):
+        raise _refuse(inst, f"its replica groups {groups} do not cover each of the {world.size} participants "
+                            "exactly once")
+    return out
+
+
+def group_of(groups: Sequence[Sequence[int]], me: int) -> list[int]:
+    """The group holding participant ``me``."""
+    for g in groups:
+        if me in g:
+            return list(g)
+    raise ValueError(f"participant {me} is in no group")
+
+
+def permute_sources(inst: HloInstruction, world: World, frontend: bool = False) -> dict[int, int]:
+    """target → source, as flattened ids, of a collective-permute (``frontend``: of a send or
+    recv, from its ``_xla_send_recv_source_target_pairs`` frontend attribute):
+    pairs name replica ids within one partition (no channel) or partition ids within one replica."""
+    attr = inst.attributes.get("source_target_pairs")
+    raw = _frontend_pairs(inst) if frontend else attr.raw if attr is not None else ""
+    pairs = parse_pairs(raw)
+    mode = group_mode(inst)
+    R, P = world.replicas, world.partitions
+    limit = P if mode == CROSS_PARTITION else R
+    out: dict[int, int] = {}
+    for s, t in pairs:
+        if s >= limit or t >= limit:
+            raise _refuse(inst, f"its source-target pair {{{s},{t}}} names an id beyond the module's "
+                                f"{limit} {'partitions' if mode == CROSS_PARTITION else 'replicas'}")
+        for other in range(R if mode == CROSS_PARTITION else P):
+            src, dst = ((world.flat(other, s), world.flat(other, t)) if mode == CROSS_PARTITION
+                        else (world.flat(s, other), world.flat(t, other)))
+            if dst in out:
+                raise _refuse(inst, f"target {t} appears in two source-target pairs")
+            out[dst] = src
+    return out
+
+
+def _frontend_pairs(inst: HloInstruction) -> str:
+    fa = inst.attributes.get("frontend_attributes")
+    m = re.search(r'_xla_send_recv_source_target_pairs\s*=\s*"([^"]*)"', fa.raw if fa is not None else "")
+    return m.group(1) if m else ""
+
+
+def has_send_recv_pairs(inst: HloInstruction) -> bool:
+    return bool(_frontend_pairs(inst))
+
+
+def _refuse(inst: HloInstruction | None, why: str) -> HloUnsupportedError:
+    if inst is None:
+        return HloUnsupportedError(why)
+    where = f" (line {inst.location.line})" if inst.location else ""
+    return HloUnsupportedError(f"{inst.opcode} '%{inst.name}'{where}: {why}", inst.location)
