@@ -198,7 +198,7 @@ def summary(result: PipelineResult) -> dict:
             "fusion": k.fusion.name, "kernel": k.kernel_name, "hero": ", ".join(h.name for h in a.heroes),
             "emitter": a.emitter, "variant": a.variant, "reason": a.reason,
             "grid": list(k.launch.grid), "block": list(k.launch.block), **k.spec.summary_fields(),
-            "in_place": bool(k.donated),
+            "in_place": bool(k.donated), "reuses": k.reuses,
             "shared_bytes": k.launch.shared_bytes,
             "registers": res.registers if res else None,
             "spills": (res.spill_stores_bytes + res.spill_loads_bytes) if res else None,

@@ -97,7 +97,7 @@ def _indexing_json(options: CompileOptions, source: HloModule) -> StageOutput:
 def _llvm(options: CompileOptions, plan: ModulePlan) -> StageOutput:
     target = NvptxTarget(options.arch, dot_tensor_cores=options.dot_tensor_cores)
     kernel_ir, seconds, modules = {}, {}, []
-    for k in plan.kernels:
+    for k in plan.unique_kernels:  # a kernel several fusions launch is emitted once
         t0 = time.perf_counter()
         m = k.emit(target)
         kernel_ir[k.kernel_name] = str(m)
@@ -108,7 +108,7 @@ def _llvm(options: CompileOptions, plan: ModulePlan) -> StageOutput:
 
 
 def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels) -> StageOutput:
-    names = [k.kernel_name for k in plan.kernels]
+    names = [k.kernel_name for k in plan.unique_kernels]
     try:
         result = compile_to_ptx(llvm.linked, options.arch, names, opt_level=options.opt_level)
     except toolkit.ToolkitNotFound as e:  # libdevice missing: this stage and those after it cannot run here
@@ -118,7 +118,7 @@ def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels) ->
 
 def _ptx(options: CompileOptions, plan: ModulePlan, optimized: PtxResult) -> StageOutput:
     ptx = optimized.ptx
-    return StageOutput(ptx, ptx, split_ptx(ptx, [k.kernel_name for k in plan.kernels]))
+    return StageOutput(ptx, ptx, split_ptx(ptx, [k.kernel_name for k in plan.unique_kernels]))
 
 
 def _cubin(options: CompileOptions, ptx: str) -> StageOutput:

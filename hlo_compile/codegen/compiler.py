@@ -17,6 +17,7 @@ from llvmlite import ir
 
 from ..hlo import HloComputation, HloInstruction, HloModule
 from ..hlo.errors import HloUnsupportedError
+from ..hlo.fingerprint import computation_fingerprint
 from ..hlo.library_targets import library_family
 from ..hlo.tiling import physical_size
 from ..hlo.unbounded import refuse_unbounded_dimensions
@@ -51,6 +52,9 @@ class KernelPlan:
     emitter: Emitter
     # in-place kernels: why the operand's buffer is (or is not) donated to the output
     aliasing: str = ""
+    # kernel reuse (XLA's KernelReuseCache): the fusion whose kernel this one launches
+    # (``kernel_name`` is then that kernel's); None: this plan's kernel is emitted
+    reuses: str | None = None
 
     @property
     def donated(self) -> dict[int, int]:
@@ -88,6 +92,11 @@ class ModulePlan:
         = "library"), in program order."""
         return [i for c in (self.computations or [self.module.entry]) for i in c.instructions
                 if i.opcode == "custom-call" and library_family(i.attr("custom_call_target", "")) is not None]
+
+    @property
+    def unique_kernels(self) -> list[KernelPlan]:
+        """The kernels to emit: each once (a fusion that reuses another's kernel is left out)."""
+        return [k for k in self.kernels if k.reuses is None]
 
     def kernel_for(self, fusion: HloInstruction) -> KernelPlan:
         k = self._by_fusion.get(id(fusion))
@@ -191,7 +200,35 @@ def plan_prepared_module(wrapped: HloModule, options: CompileOptions,
     by_fusion = {id(k.fusion): k for k in kernels}
     for comp in computations:
         assign_in_place_buffers(comp, by_fusion)
+    share_identical_kernels(kernels)
     return ModulePlan(wrapped, device, kernels, computations)
+
+
+def kernel_reuse_key(k: KernelPlan, memo: dict[int, str] | None = None) -> tuple:
+    """What must match for two fusions to launch one kernel (XLA's ``KernelReuseCache``:
+    the fused computation's fingerprint and the kernel's arguments): the fused computation
+    (opcodes, shapes and layouts, attributes, constants), the fusion's own attributes but its
+    name and metadata, the emitter chosen, the launch and the buffers' aliasing."""
+    fusion = k.fusion
+    own = tuple(sorted((n, a.raw) for n, a in fusion.attributes.items()
+                       if n not in ("calls", "metadata", "statistics", "control-predecessors",
+                                    "frontend_attributes")))
+    return (computation_fingerprint(fusion.fused_computation, memo), str(fusion.shape),
+            tuple(str(o.shape) for o in fusion.operands), own, k.analysis.emitter, k.analysis.variant,
+            k.launch, tuple(sorted(k.spec.in_place.items())), tuple(sorted(k.spec.donated.items())),
+            type(k.spec).__name__)
+
+
+def share_identical_kernels(kernels: list[KernelPlan]) -> None:
+    """Fusions with the same ``kernel_reuse_key`` launch the first one's kernel: it is emitted
+    once (``ModulePlan.unique_kernels``), the others take its ``kernel_name`` and say whose it
+    is in ``reuses``."""
+    first: dict[tuple, KernelPlan] = {}
+    memo: dict[int, str] = {}
+    for k in kernels:
+        owner = first.setdefault(kernel_reuse_key(k, memo), k)
+        if owner is not k:
+            k.kernel_name, k.reuses = owner.kernel_name, owner.fusion.name
 
 
 # ---- buffer assignment for in-place kernels -------------------------------------------------------

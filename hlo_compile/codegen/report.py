@@ -23,7 +23,8 @@ def fusion_report_text(plan: ModulePlan) -> str:
     for k in plan.kernels:
         a = k.analysis
         launch = k.launch
-        out.append(f"fusion %{k.fusion.name} -> kernel {k.kernel_name}")
+        out.append(f"fusion %{k.fusion.name} -> kernel {k.kernel_name}"
+                   + (f" (reuses the kernel of %{k.reuses})" if k.reuses else ""))
         out.append(f"  roots: {', '.join('%' + r.name for r in a.roots)}")
         out.append(f"  heroes: {', '.join('%' + h.name for h in a.heroes)}")
         out.append(f"  xla emitter: {a.xla_emitter}")

@@ -33,18 +33,24 @@ class HostPlatform(Platform):
 
     def compile_kernels(self, options: CompileOptions, plan: ModulePlan) -> StageOutput:
         kernels, seconds = {}, {}
+        compiled: dict[str, Any] = {}  # kernel name → its code: a reused kernel is compiled once
+        owners = {k.kernel_name: k for k in plan.unique_kernels}
         for p in plan.kernels:
-            t0 = time.perf_counter()
-            kernels[p.fusion.name] = self.compile(p)
-            seconds[p.kernel_name] = time.perf_counter() - t0
+            if p.kernel_name not in compiled:
+                t0 = time.perf_counter()
+                compiled[p.kernel_name] = self.compile(owners[p.kernel_name])
+                seconds[p.kernel_name] = time.perf_counter() - t0
+            kernels[p.fusion.name] = compiled[p.kernel_name]
         return StageOutput(kernels, kernel_seconds=seconds)
 
     def compile(self, plan: KernelPlan) -> Any:
         return compile_host_kernel(plan.emit, plan.kernel_name)
 
     def compile_all(self, plans: Sequence[KernelPlan]) -> dict[str, Any]:
-        """Compiled kernels by fusion name."""
-        return {p.fusion.name: self.compile(p) for p in plans}
+        """Compiled kernels by fusion name (a kernel several fusions launch, compiled once)."""
+        owners = {p.kernel_name: p for p in plans if p.reuses is None}
+        code = {name: self.compile(p) for name, p in owners.items()}
+        return {p.fusion.name: code[p.kernel_name] for p in plans}
 
     def upload(self, physical: np.ndarray) -> Any:
         return physical
