@@ -150,6 +150,8 @@ class RunSettings:
     dump_to: Path | None
     gemm: str = "library"
     conv: str = "library"
+    num_replicas: int | None = None  # None: the module header's replica_count
+    num_partitions: int | None = None
 
 
 def _library_flags(s: RunSettings) -> dict:
@@ -207,6 +209,11 @@ def _run_one(module, s: RunSettings, *, index: int | None = None, dump: DumpDire
              dump_index: int = 0) -> int:
     from ..runtime import literals
     literals.check_memory(module, generated_inputs=not s.input_literals and s.random_inputs)
+    from ..hlo.collective_groups import world_of
+    world = world_of(module, s.num_replicas, s.num_partitions)
+    if world.size > 1:
+        from .run_spmd import run_spmd
+        return run_spmd(module, s, world, _compare, rule_text, _rng_seed)
     if dump is not None and s.platform == "interpreter":  # compiles nothing: only the input
         from ..pipeline import dump_source
         dump_source(module, dump, dump_index, common.default_arch())
@@ -350,12 +357,17 @@ def _report_graph(module, graph, plain, args, times, iterations: int) -> None:
 @click.option("--split-input-file", is_flag=True, help="Each file holds modules separated by '// -----'.")
 @click.option("--as-fusion", is_flag=True,
               help="The files are bare fused computations (XLA's emitter test files): run each as one fusion.")
+@click.option("--num-replicas", type=click.IntRange(min=1), default=None,
+              help="Replicas R (default: the module's replica_count, else 1); R x P participants.")
+@click.option("--num-partitions", type=click.IntRange(min=1), default=None,
+              help="Partitions P (default: the module's num_partitions, else 1). Participant k reads "
+                   "p{k}.arg{i} (else arg{i}) and writes p{k}.out{j}.")
 @common.library_call_options
 @common.version_option(PROG)
 def main(files, platform, reference, input_literals, output_literals, seed, iterations, error_rule,
          abs_error_bound, rel_error_bound, print_literals, random_inputs, use_large_float_range,
          different_random_seeds, input_format, dump_to, tensor_cores, fusion, use_cuda_graph, split_input_file,
-         as_fusion, gemm, conv):
+         as_fusion, num_replicas, num_partitions, gemm, conv):
     """Run the HLO modules in FILE... (- reads standard input) and compare their results with a
     reference."""
     try:
@@ -365,7 +377,8 @@ def main(files, platform, reference, input_literals, output_literals, seed, iter
             error_rule=error_rule.lower(), print_literals=print_literals, random_inputs=random_inputs,
             large_float_range=use_large_float_range, different_seeds=different_random_seeds,
             tensor_cores=tensor_cores, use_cuda_graph=use_cuda_graph, fusion=fusion,
-            dump_to=common.dump_dir(dump_to), gemm=gemm, conv=conv)
+            dump_to=common.dump_dir(dump_to), gemm=gemm, conv=conv, num_replicas=num_replicas,
+            num_partitions=num_partitions)
         _check_flags(settings, input_format, files)
         sys.exit(_run_files(files, settings, split_input_file, as_fusion))
     except UserError as e:

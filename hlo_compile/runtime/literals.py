@@ -4,6 +4,9 @@ npz convention: inputs ``arg0, arg1, ...`` in ENTRY parameter order, a tuple par
 flattened depth-first as ``arg0.0, arg0.1, ...``; outputs ``out0, out1, ...``, the result's
 leaves depth-first. ml_dtypes arrays (bf16, f8...) are stored as ``np.savez`` writes them
 (raw ``|V2``/``|V1``) and re-viewed by the parameter's element type on input.
+
+SPMD (R x P participants): participant k (flattened id, replica-major) reads ``p{k}.arg{i}``
+when present, else the shared ``arg{i}``, and writes ``p{k}.out{j}``.
 """
 from __future__ import annotations
 
@@ -51,24 +54,28 @@ def view_as(arr: np.ndarray, shape: Shape, key: str) -> np.ndarray:
     return arr
 
 
-def _unflatten(files, key: str, shape: Shape) -> Any:
+def _unflatten(files, key: str, shape: Shape, prefix: str = "") -> Any:
     if shape.is_tuple:
-        return tuple(_unflatten(files, f"{key}.{i}", s) for i, s in enumerate(shape.tuple_shapes))
+        return tuple(_unflatten(files, f"{key}.{i}", s, prefix) for i, s in enumerate(shape.tuple_shapes))
     if shape.is_token:
         return None
+    if prefix and prefix + key in files:
+        return view_as(files[prefix + key], shape, prefix + key)
     if key not in files:
         raise HloError(f"input literals have no '{key}' (have: {', '.join(sorted(files)) or 'nothing'})")
     return view_as(files[key], shape, key)
 
 
-def load_inputs(path: str | Path, module: HloModule) -> list[Any]:
-    """Arguments for ``module``'s ENTRY from an npz file."""
+def load_inputs(path: str | Path, module: HloModule, participant: int | None = None) -> list[Any]:
+    """Arguments for ``module``'s ENTRY from an npz file (``participant`` k: ``p{k}.arg{i}``
+    where present, else ``arg{i}``)."""
     try:
         with np.load(path, allow_pickle=False) as f:
             files = {k: f[k] for k in f.files}
     except (OSError, ValueError) as e:
         raise HloError(f"cannot read input literals {path}: {e}") from None
-    return [_unflatten(files, f"arg{p.parameter_number}", p.shape) for p in module.entry.parameters]
+    prefix = "" if participant is None else f"p{participant}."
+    return [_unflatten(files, f"arg{p.parameter_number}", p.shape, prefix) for p in module.entry.parameters]
 
 
 def output_arrays(value: Any) -> dict[str, np.ndarray]:
@@ -77,6 +84,11 @@ def output_arrays(value: Any) -> dict[str, np.ndarray]:
 
 def save_outputs(path: str | Path, value: Any) -> None:
     np.savez(path, **output_arrays(value))
+
+
+def save_participant_outputs(path: str | Path, values: list[Any]) -> None:
+    """Each participant's result: ``p{k}.out{j}``."""
+    np.savez(path, **{f"p{k}.{key}": a for k, v in enumerate(values) for key, a in output_arrays(v).items()})
 
 
 def save_inputs(path: str | Path, args: list[Any]) -> None:
