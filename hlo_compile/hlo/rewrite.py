@@ -126,10 +126,10 @@ def insert_instructions(comp: HloComputation, insts: Sequence[HloInstruction], *
 
 
 def _position(comp: HloComputation, inst: HloInstruction) -> int:
-    for k, i in enumerate(comp.instructions):
-        if i is inst:
-            return k
-    raise HloError(f"'{inst.name}' is not an instruction of computation {comp.name}")
+    try:
+        return comp.instructions.index(inst)  # instructions compare by identity: a scan in C
+    except ValueError:
+        raise HloError(f"'{inst.name}' is not an instruction of computation {comp.name}") from None
 
 
 def remove_instructions(comp: HloComputation, insts: Collection[HloInstruction]) -> None:
@@ -192,6 +192,9 @@ def replace_uses(comp: HloComputation, replacements: Mapping[HloInstruction, Hlo
     reads the old value before it joins ``comp``."""
     if not replacements:
         return
+    if len(replacements) <= _FEW and not any(v in replacements for v in replacements.values()):
+        _replace_few_uses(comp, replacements)
+        return
     for inst in comp.instructions:
         if any(op in replacements for op in inst.operands):
             inst.operands = [replacements.get(op, op) for op in inst.operands]
@@ -200,20 +203,65 @@ def replace_uses(comp: HloComputation, replacements: Mapping[HloInstruction, Hlo
     comp.rebuild_users()
 
 
+# Up to this many replacements, uses are found through the ``users`` lists (kept right by
+# every operation here) rather than by a sweep of the computation: a pass that replaces one
+# instruction at a time (a split reduce) stays linear in the module.
+_FEW = 4
+
+
+def _replace_few_uses(comp: HloComputation, replacements: Mapping[HloInstruction, HloInstruction]) -> None:
+    if any(CONTROL_PREDECESSORS in i.attributes for i in comp.instructions):
+        for inst in comp.instructions:
+            _retarget_control(inst, replacements)
+    members = None
+    for new in replacements.values():  # a value may read another key (a sweep would see it too)
+        if new.parent is comp and any(op in replacements for op in new.operands):
+            new.operands = [replacements.get(op, op) for op in new.operands]
+    for old, new in replacements.items():
+        for u in list(old.users):
+            if u is new:  # a value built to read its key keeps reading it
+                continue
+            u.operands = [new if op is old else op for op in u.operands]
+            if all(x is not u for x in new.users):
+                new.users.append(u)
+        old.users = [u for u in old.users if u is new]
+        if old.parent is not comp:  # it left (replace_instructions): it reads nothing here now
+            for op in old.operands:
+                op.users = [u for u in op.users if u is not old]
+        if comp.root is old:
+            comp.root = new
+        if new.parent is comp:  # a value that just joined: it reads its operands now
+            for op in new.operands:
+                if all(x is not new for x in op.users):
+                    if members is None:
+                        members = {id(i) for i in comp.instructions}
+                    if id(op) in members:
+                        op.users.append(new)
+
+
 def replace_instructions(comp: HloComputation, replacements: Mapping[HloInstruction, HloInstruction]) -> None:
     """Each key of ``replacements`` leaves ``comp`` and its value stands for it: the value
     takes the key's place in the instruction order (unless it is in ``comp`` already), its
     control predecessors (the key keeps none) and all its uses. A value must not read its key."""
-    placed = {id(i) for i in comp.instructions if i not in replacements}  # stay where they are
-    order = []
-    for inst in comp.instructions:
-        new = replacements.get(inst)
-        if new is None:
-            order.append(inst)
-        elif id(new) not in placed:
-            placed.add(id(new))
-            order.append(new)
-    comp.instructions = order
+    if len(replacements) <= _FEW and not any(v in replacements for v in replacements.values()):
+        insts = comp.instructions  # a few: found and placed by scans in C, not a rebuilt list
+        for old in sorted(replacements, key=insts.index):
+            new, at = replacements[old], insts.index(old)
+            if new in insts:
+                del insts[at]
+            else:
+                insts[at] = new
+    else:
+        placed = {id(i) for i in comp.instructions if i not in replacements}  # stay where they are
+        order = []
+        for inst in comp.instructions:
+            new = replacements.get(inst)
+            if new is None:
+                order.append(inst)
+            elif id(new) not in placed:
+                placed.add(id(new))
+                order.append(new)
+        comp.instructions = order
     for old, new in replacements.items():
         _move_control_predecessors(old, new)
         if old.parent is comp:
