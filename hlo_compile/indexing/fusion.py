@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from .indexing_map import IndexingMap, compose
 from .op_maps import Entry, input_to_output, output_to_input
-from .simplifier import simplify
+from .simplifier import simplify, split_clamped_iota_rt_vars
 
 _UNKNOWN = None
 
 
-def _norm(m: IndexingMap) -> IndexingMap:
-    return simplify(m).remove_unused_symbols()
+def _norm(m: IndexingMap) -> list[IndexingMap]:
+    return split_clamped_iota_rt_vars(simplify(m).remove_unused_symbols())
 
 
 def _add(store: dict, key, m: IndexingMap) -> None:
@@ -69,7 +69,8 @@ def instruction_to_parameters(comp, start, k0: int = 0) -> list[Entry]:
                     continue
                 for c in consumer_maps:
                     for p in entry:
-                        _add(maps, (op, 0), _norm(compose(c, p)))
+                        for n in _norm(compose(c, p)):
+                            _add(maps, (op, 0), n)
     return [None if p in unknown else list(maps.get((p, 0), {}).values()) for p in comp.parameters]
 
 
@@ -102,7 +103,8 @@ def fusion_input_to_output(fusion, operand: int) -> list[Entry]:
                     continue
                 for c in list(maps.get((op, 0), {}).values()):
                     for p in entry:
-                        _add(maps, (inst, k), _norm(compose(c, p)))
+                        for n in _norm(compose(c, p)):
+                            _add(maps, (inst, k), n)
     return [None if r in unknown else list(maps.get((r, k), {}).values()) for r, k in outputs]
 
 

@@ -16,7 +16,7 @@ from . import affine as A
 from .affine import Expr
 from .indexing_map import IndexingMap, RTSource, dims_of
 from .reshape_maps import bitcast_map, reshape_map
-from .simplifier import simplify
+from .simplifier import fold_rt_vars, simplify, split_clamped_iota_rt_vars
 from .window_maps import convolution_maps, reduce_window_maps
 
 Entry = Optional[list[IndexingMap]]
@@ -227,7 +227,8 @@ def _gather(inst, out: int) -> list[Entry]:
         srcs.append(RTSource(idx, IndexingMap.make([A.dim(0), k], _ds(inst.shape))))
     operand_map = IndexingMap.make(exprs, _ds(inst.shape), rts=rts, rt_sources=srcs)
     index_map = IndexingMap.make([A.dim(0), A.sym(0)], _ds(inst.shape), [(0, idx.shape.dimensions[1] - 1)])
-    return [[operand_map], [index_map]]
+    # start indices that are constants or an iota are known (XLA's FoldRTVarsAndConstructIndexingMap)
+    return [split_clamped_iota_rt_vars(fold_rt_vars(operand_map).remove_unused_symbols()), [index_map]]
 
 
 def _reduce_window(inst, out: int) -> list[Entry]:
@@ -412,6 +413,6 @@ def simplified(entry: Entry, fold_point_dims: bool = True) -> Entry:
         return None
     out: dict = {}
     for m in entry:
-        s = simplify(m, fold_point_dims).remove_unused_symbols()
-        out.setdefault(s.key(), s)
+        for s in split_clamped_iota_rt_vars(simplify(m, fold_point_dims).remove_unused_symbols(), fold_point_dims):
+            out.setdefault(s.key(), s)
     return list(out.values())

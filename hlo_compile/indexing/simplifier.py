@@ -141,7 +141,7 @@ def simplify(m: IndexingMap, fold_point_dims: bool = True) -> IndexingMap:
         new = _simplify_constraints(m, fold_point_dims)
         if new.is_known_empty():
             return new.known_empty_like()
-        new = _fold_rt_vars(new)
+        new = fold_rt_vars(new)
         s = ExprSimplifier(new, fold_point_dims)
         new = replace(new, exprs=tuple(s.simplify(e) for e in new.exprs))
         new = _fold_point_symbols(new)
@@ -161,7 +161,7 @@ def _fold_point_symbols(m: IndexingMap) -> IndexingMap:
     return m.replace_vars(fn)
 
 
-def _fold_rt_vars(m: IndexingMap) -> IndexingMap:
+def fold_rt_vars(m: IndexingMap) -> IndexingMap:
     """Replace runtime variables whose source is a scalar constant (inside the feasible
     interval) or an iota whose values all lie inside it."""
     if not m.rts or not m.rt_sources:
@@ -190,6 +190,53 @@ def _fold_rt_vars(m: IndexingMap) -> IndexingMap:
     def fn(v: Var) -> Expr:
         return subst.get(v.index, v) if v.kind == RT else v
     return m.replace_vars(fn)
+
+
+def _iota_rt_var(m: IndexingMap) -> tuple[int, Expr, int] | None:
+    """(the runtime variable, the iota value it reads as an expression of the map's dims,
+    the iota's largest value) of the first runtime variable whose source is an iota with values
+    outside the variable's feasible interval; None when there is none."""
+    for i, src in enumerate(m.rt_sources):
+        if i >= len(m.rts) or src is None or getattr(src.instruction, "opcode", None) != "iota":
+            continue
+        if src.map is None or src.map.ranges or src.map.rts or src.map.undefined or src.map.constraints:
+            continue
+        d = src.instruction.attr("iota_dimension", 0)
+        n = src.instruction.shape.dimensions[d]
+        lo, hi = m.rts[i]
+        if n > 0 and not (0 <= lo and n - 1 <= hi) and d < len(src.map.exprs):
+            return i, src.map.exprs[d], n - 1
+    return None
+
+
+def split_clamped_iota_rt_vars(m: IndexingMap, fold_point_dims: bool = True) -> list[IndexingMap]:
+    """``m`` as maps without runtime variables read from an iota, exactly.
+
+    A runtime variable is a start index clamped to its feasible interval ``[lo, hi]`` (gather,
+    dynamic-slice). Read from an iota, its value is known: the iota's value ``e`` (an
+    expression of the dims), clamped. Where every value of the iota is inside ``[lo, hi]``
+    the variable is ``e`` (``simplify`` folds it: XLA's map). Where not, XLA still folds it to
+    ``e`` (``OptimizeHloRTVar``; notes/xla.md, surprises 2), a map that names elements out of
+    bounds and misses the clamped ones; we split the domain instead: ``e`` where ``e`` is in
+    ``[lo, hi]``, the constant ``lo`` below, ``hi`` above, each piece simplified, empty
+    pieces dropped."""
+    found = _iota_rt_var(m) if not m.undefined and not m.is_known_empty() else None
+    if found is None:
+        return [m]
+    i, e, top = found
+    lo, hi = m.rts[i]
+    out: list[IndexingMap] = []
+    for clo, chi, value in ((0, lo - 1, Const(lo)), (max(lo, 0), hi, e), (hi + 1, top, Const(hi))):
+        if clo > chi:
+            continue
+
+        def fn(v: Var, value=value) -> Expr:
+            return value if v.kind == RT and v.index == i else v
+        piece = m.with_constraint(e, clo, chi).replace_vars(fn)
+        piece = simplify(piece, fold_point_dims).remove_unused_symbols()
+        if not piece.is_known_empty():
+            out.extend(split_clamped_iota_rt_vars(piece, fold_point_dims))
+    return out or [m.known_empty_like()]
 
 
 def _simplify_constraints(m: IndexingMap, fold_point_dims: bool) -> IndexingMap:

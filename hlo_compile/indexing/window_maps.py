@@ -5,6 +5,13 @@ base-dilated input at ``p = d * stride + s * window_dilation``; the real input i
 ``(p - pad_low) floordiv base_dilation`` when that division is exact and the result lies in
 the input. The maps are simplified (window dims of size one disappear; convolution keeps
 output dims of size one as variables, as XLA prints them).
+
+A convolution's window reversal (``rhs_reversal=1``) changes which input element meets which
+kernel element, not which elements an output reads (``s`` and ``size - 1 - s`` run over the
+same interval), so each operand's map is the one without reversal, as in XLA's
+``ComputeOutputToInputConvolutionOpIndexing``, which ignores it. (The code generator's
+convolution reverses the kernel itself and never reads these maps; reduce-window's map, which
+the code generator does read, stays unknown for a reversed window.)
 """
 from __future__ import annotations
 
@@ -33,6 +40,7 @@ def reduce_window_maps(inst, out_shape) -> list:
     n = len(inst.operands) // 2
     window = inst.attr("window", ())
     if any(w.window_reversal for w in window):
+        # the code generator emits reduce-window from this map: reversed windows stay unknown
         return [None] * len(inst.operands)
     in_dims = inst.operands[0].shape.dimensions
     cons: dict[Expr, tuple[int, int]] = {}
@@ -53,7 +61,7 @@ def convolution_maps(inst) -> list:
     fgc = int(inst.attr("feature_group_count", 1))
     bgc = int(inst.attr("batch_group_count", 1))
     nsp = len(dn.input_spatial_dimensions)
-    if len(window) != nsp or any(w.window_reversal for w in window) or (fgc > 1 and bgc > 1):
+    if len(window) != nsp or (fgc > 1 and bgc > 1):
         return [None, None]
     out_dims = inst.shape.dimensions
     ob, of = dn.output_batch_dimension, dn.output_feature_dimension
