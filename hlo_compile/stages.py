@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .codegen.compiler import ModulePlan, plan_prepared_module, prepare_module
+from .codegen.launch_limits import check_plan as check_launch_limits
 from .codegen.report import fusion_report_text
 from .hlo import HloModule
 from .indexing.report import indexing_report_json, indexing_report_text
@@ -52,6 +53,17 @@ class StageOutput:
 
 
 @dataclass(frozen=True)
+class StageCache:
+    """How the driver keeps a stage's output in the persistent cache (``kernel_cache.py``):
+    ``key_text(options, *inputs)`` is the text of what the output depends on besides the
+    options and tool versions; ``dump(output)`` its bytes; ``load(bytes)`` the output again."""
+
+    key_text: Callable[..., str]
+    dump: Callable[[StageOutput], bytes]
+    load: Callable[[bytes], StageOutput]
+
+
+@dataclass(frozen=True)
 class Stage:
     name: str
     needs: tuple[str, ...]                    # the artifacts ``run`` takes after the options
@@ -62,6 +74,7 @@ class Stage:
     #                                           a stage of the runtime, never printed or dumped
     xla_names: tuple[str, ...] = ()           # hlo-opt's --stage spellings of this stage
     description: str = ""
+    cache: StageCache | None = None           # kept in the persistent cache by the driver
 
 
 @dataclass(frozen=True)
@@ -81,6 +94,7 @@ def _fusions(options: CompileOptions, module: HloModule) -> StageOutput:
     # kernels keep their names on every target: none may take a symbol some target links
     plan = plan_prepared_module(module, options, reserved_kernel_symbols())
     check_runnable(plan.computations or [plan.module.entry], options.generated_call_families())
+    check_launch_limits(plan)  # block, grid, static shared memory: before any code is made
     return StageOutput(plan, fusion_report_text(plan))
 
 
@@ -116,16 +130,34 @@ def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels) ->
     return StageOutput(result, result.llvm_opt, seconds=result.seconds)
 
 
+def _llvm_opt_key(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels) -> str:
+    return "\n".join(k.kernel_name for k in plan.unique_kernels) + "\n" + llvm.linked
+
+
+def _llvm_opt_dump(out: StageOutput) -> bytes:
+    r: PtxResult = out.value
+    return json.dumps({"llvm_opt": r.llvm_opt, "ptx": r.ptx}).encode()
+
+
+def _llvm_opt_load(data: bytes) -> StageOutput:
+    d = json.loads(data)
+    if not isinstance(d.get("llvm_opt"), str) or not isinstance(d.get("ptx"), str):
+        raise ValueError("not an llvm-opt entry")
+    result = PtxResult(llvm_opt=d["llvm_opt"], ptx=d["ptx"])
+    return StageOutput(result, result.llvm_opt)
+
+
 def _ptx(options: CompileOptions, plan: ModulePlan, optimized: PtxResult) -> StageOutput:
     ptx = optimized.ptx
     return StageOutput(ptx, ptx, split_ptx(ptx, [k.kernel_name for k in plan.unique_kernels]))
 
 
-def _cubin(options: CompileOptions, ptx: str) -> StageOutput:
+def _cubin(options: CompileOptions, plan: ModulePlan, ptx: str) -> StageOutput:
     if toolkit.find_ptxas() is None:  # looked up at each call: tests stand in for it
         raise StageUnavailable(toolkit.ptxas_missing_reason())
     t0 = time.perf_counter()
     result = run_ptxas(ptx, options.arch)
+    check_launch_limits(plan, result.kernels)  # ptxas's registers and static shared memory
     return StageOutput(result, result.cubin, seconds={"ptxas": time.perf_counter() - t0})
 
 
@@ -175,9 +207,10 @@ STAGES: list[Stage] = [
     Stage("llvm", ("fusions",), _llvm, "ll", dump_suffix="ir-no-opt.ll", xla_names=("llvm-before-optimizations",),
           description="LLVM IR as emitted (per kernel too)"),
     Stage("llvm-opt", ("fusions", "llvm"), _llvm_opt, "ll", dump_suffix="ir-with-opt.ll",
-          xla_names=("llvm-after-optimizations",), description="LLVM IR after O3, libdevice linked"),
+          xla_names=("llvm-after-optimizations",), description="LLVM IR after O3, libdevice linked",
+          cache=StageCache(_llvm_opt_key, _llvm_opt_dump, _llvm_opt_load)),
     Stage("ptx", ("fusions", "llvm-opt"), _ptx, "ptx", dump_suffix="ptx",
           description="PTX from LLVM's NVPTX back end (per kernel too)"),
-    Stage("cubin", ("ptx",), _cubin, "cubin", binary=True, dump_suffix="cubin",
+    Stage("cubin", ("fusions", "ptx"), _cubin, "cubin", binary=True, dump_suffix="cubin",
           description="the cubin from ptxas (needs ptxas; binary: -o FILE)"),
 ]
