@@ -26,6 +26,9 @@ class CompileOptions:
     # the library bindings are not installed.
     gemm: str = "library"
     conv: str = "library"   # every cuDNN call: convolutions and fused attention
+    # the GPU the cost model (codegen/perf_model.py) estimates for: "a100", "h100", "h200";
+    # None: the one ``arch`` plans for (sm_80 -> A100, sm_90 -> H100). Plans do not change.
+    device: str | None = None
 
     def generated_call_families(self) -> frozenset[str]:
         """The library-call families (``hlo/library_targets.py``) lowered to plain HLO."""
