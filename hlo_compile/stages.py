@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from .codegen.compiler import ModulePlan, plan_prepared_module, prepare_module
 from .codegen.launch_limits import check_plan as check_launch_limits
+from .codegen.perf_model import cost_device, estimate_module
 from .codegen.report import fusion_report_text
 from .hlo import HloModule
 from .indexing.report import indexing_report_json, indexing_report_text
@@ -95,7 +96,8 @@ def _fusions(options: CompileOptions, module: HloModule) -> StageOutput:
     plan = plan_prepared_module(module, options, reserved_kernel_symbols())
     check_runnable(plan.computations or [plan.module.entry], options.generated_call_families())
     check_launch_limits(plan)  # block, grid, static shared memory: before any code is made
-    return StageOutput(plan, fusion_report_text(plan))
+    cost = estimate_module(plan, cost_device(options.device, plan.device), tensor_cores=options.dot_tensor_cores)
+    return StageOutput(plan, fusion_report_text(plan, cost))
 
 
 def _indexing(options: CompileOptions, source: HloModule) -> StageOutput:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..hlo.ir import HloInstruction
 from ..hlo.library_targets import library_reason
 from .compiler import ModulePlan
+from .perf_model import ModuleEstimate
 
 FFT_LIBRARY = "cufft"
 FFT_REASON = "fft runs as a runtime step: cuFFT on cuda, numpy's FFT on the host (no kernel)"
@@ -15,11 +16,17 @@ def fft_calls(plan: ModulePlan) -> list[HloInstruction]:
     return [i for c in (plan.computations or [plan.module.entry]) for i in c.instructions if i.opcode == "fft"]
 
 
-def fusion_report_text(plan: ModulePlan) -> str:
+def fusion_report_text(plan: ModulePlan, cost: ModuleEstimate | None = None) -> str:
+    """The report; with ``cost``, each kernel's estimate (``perf_model``) and the module's."""
     calls = plan.library_calls
     ffts = fft_calls(plan)
     extra = f", {len(calls) + len(ffts)} library call(s)" if calls or ffts else ""
     out = [f"// device: {plan.device.name} ({plan.device.arch}), {len(plan.kernels)} kernel(s){extra}"]
+    if cost is not None:
+        m = cost.summary_fields()
+        out.append(f"// cost model ({cost.device}): {m['estimated_us']:.2f} us for one run of every kernel, "
+                   f"{m['bytes']} B, {m['flops']} flops, {m['pct_of_bandwidth_roofline']:.0f}% of the bandwidth "
+                   f"roofline; uncoalesced: {', '.join(m['uncoalesced_kernels']) or 'none'}")
     for k in plan.kernels:
         a = k.analysis
         launch = k.launch
@@ -35,6 +42,10 @@ def fusion_report_text(plan: ModulePlan) -> str:
             out.append(f"  in-place aliasing: {'yes' if k.donated else 'no (operand copied)'}"
                        + (f": {k.aliasing}" if k.aliasing else ""))
         out.extend(f"  {line}" for line in k.spec.report_lines())
+        if cost is not None:
+            est = cost.for_kernel(k.kernel_name)
+            why = dict(cost.not_estimated).get(k.kernel_name)
+            out.append(f"  {est.report_line()}" if est is not None else f"  cost: not estimated ({why})")
     for call in calls:
         target = call.attr("custom_call_target")
         out.append(f"custom-call %{call.name} -> library {target}")

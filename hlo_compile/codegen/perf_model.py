@@ -1,0 +1,358 @@
+"""A GPU cost model: each kernel's time estimated from its plan, without a GPU.
+
+After XLA's ``GpuPerformanceModel`` (``xla/service/gpu/model/gpu_performance_model_base.cc``):
+
+- **Reads**, per fusion operand (``coalescing.py``): its distinct bytes come from DRAM at the
+  device's bandwidth times the operand's utilisation (1 when coalesced, else the sampled
+  warp's useful share of its 64-byte segments: XLA's ``element size / 64`` for one lane per
+  segment); re-reads (a broadcast operand) at 2.5x that bandwidth when the operand fits in
+  L2, 8x more when it fits in the L1s (XLA's ``kL2CacheSpeedup``/``kL1CacheSpeedup``).
+  Both are capped by what the active SMs can issue: 32 bytes per SM per clock (XLA's
+  ``AdjustBandwidth``). **Writes**, per output: bytes over bandwidth, divided by the write
+  utilisation (ours: XLA takes writes as coalesced).
+- **Compute**: flops (``count_flops``) at an FMA per FP32 lane per clock on the lanes the
+  resident threads fill (XLA's ``CalculateEffectiveFlopsPerNs``, with the threads of every
+  resident block rather than one block's), half rate for f64; a dot on the tensor-core path
+  at the device's dense tensor rate for its operand type.
+- **Time** = compute + memory - 0.95 x min(compute, memory) (XLA's
+  ``CombineComputeAndMemoryAccessTime``: nearly the max of the two) + 1 us launch overhead
+  (XLA's ``kKernelLaunchOverhead``).
+- **Occupancy**: resident blocks per SM from threads, shared memory and registers
+  (ptxas's count when known, else an estimate of 32 per thread), and the waves of the grid.
+- **Roofline**: the same bytes (distinct reads + writes) at full bandwidth; ``pct_of_roofline``
+  is that time over the estimate (100 = a perfect memory-bound kernel).
+
+Limits (say so when quoting a number): no latency model (a kernel with few bytes in flight
+is as fast as its bandwidth says), caches only as XLA's two speedups, tensor-core dots at
+peak rate, data-dependent reads (gather, scatter, sort) by XLA's heuristic, a tiled dot's
+operand re-reads counted once per element read by the staging maps. Not calibrated on a GPU.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..hlo import HloInstruction
+from ..hlo.opcodes import ELEMENTWISE
+from .coalescing import BufferAccess, KernelCoalescing, analyze_kernel
+from .device_info import DeviceInfo, device_named
+from .hero_shapes import bits_of
+
+if TYPE_CHECKING:
+    from .compiler import KernelPlan, ModulePlan
+
+L2_CACHE_SPEEDUP = 2.5            # XLA's kL2CacheSpeedup
+L1_CACHE_SPEEDUP = 8.0            # XLA's kL1CacheSpeedup
+MEMORY_COMPUTE_PARALLELISM = 0.95  # XLA's kMemoryComputeParallelism
+ESTIMATED_REGISTERS = 32          # per thread, when ptxas has not said
+STATIC_SHARED_LIMIT = 48 * 1024
+
+# flops per output element of an elementwise op beyond the default 1: rough SFU/libdevice costs
+_ELEMENTWISE_FLOPS = {
+    **{op: 4 for op in ("divide", "sqrt", "rsqrt", "cbrt", "remainder")},
+    **{op: 8 for op in ("exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "tanh",
+                        "sine", "cosine", "tan", "power", "atan2", "erf", "acos", "acosh", "asin", "asinh",
+                        "atanh", "cosh", "sinh")},
+}
+_FREE = frozenset({"parameter", "constant", "bitcast", "reshape", "transpose", "broadcast", "slice",
+                   "dynamic-slice", "dynamic-update-slice", "concatenate", "pad", "gather", "copy", "iota",
+                   "tuple", "get-tuple-element", "reverse", "convert", "bitcast-convert"})
+
+
+# ---- flops ---------------------------------------------------------------------------------------
+
+def count_flops(computation) -> tuple[int, int]:
+    """(flops, of which f64) of one run of a fused computation: 1 per element of an elementwise
+    op (more for division and transcendental functions), a reducer's ops per element reduced,
+    2 per multiply-add of a dot or convolution; data movement is free."""
+    total = f64 = 0
+    for inst in computation.instructions:
+        n = _instruction_flops(inst)
+        total += n
+        if inst.shape.is_array and inst.shape.element_type == "f64":
+            f64 += n
+    return total, f64
+
+
+def _instruction_flops(inst: HloInstruction) -> int:
+    op = inst.opcode
+    if op in _FREE or not inst.shape.is_array and op not in ("reduce", "sort", "scatter"):
+        return 0
+    out = _elements(inst.shape)
+    if op in ELEMENTWISE:
+        return out * _ELEMENTWISE_FLOPS.get(op, 1)
+    if op == "reduce":
+        return _elements(inst.operands[0].shape) * _ops(inst.to_apply)
+    if op == "reduce-window":
+        window = math.prod(w.size for w in (inst.attr("window", ()) or ()))
+        return out * window * _ops(inst.to_apply)
+    if op == "dot":
+        dn = inst.dot_dimension_numbers
+        k = math.prod(inst.operands[0].shape.dimensions[d] for d in dn.lhs_contracting_dimensions)
+        return 2 * out * k
+    if op == "convolution":
+        kernel = inst.operands[1].shape
+        dn = inst.convolution_dimension_numbers
+        window = math.prod(kernel.dimensions[d] for d in dn.kernel_spatial_dimensions)
+        return 2 * out * window * kernel.dimensions[dn.kernel_input_feature_dimension]
+    if op == "sort":
+        shape = inst.operands[0].shape
+        row = shape.dimensions[inst.dimensions[0]] if inst.dimensions else 1
+        stages = max(1, math.ceil(math.log2(max(row, 2))))
+        return shape.element_count() * stages * (stages + 1) // 2 * _ops(inst.to_apply)
+    if op == "scatter":
+        n = len(inst.operands) // 2
+        return _elements(inst.operands[-1].shape) * n * _ops(inst.to_apply)
+    if op == "fusion":
+        return count_flops(inst.fused_computation)[0]
+    return out
+
+
+def _elements(shape) -> int:
+    if shape.is_tuple:
+        return sum(_elements(s) for s in shape.tuple_shapes)
+    return shape.element_count()
+
+
+def _ops(comp) -> int:
+    try:
+        return max(1, sum(_instruction_flops(i) for i in comp.instructions))
+    except (AttributeError, KeyError, TypeError):
+        return 1
+
+
+# ---- occupancy -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Occupancy:
+    blocks_per_core: int          # resident blocks per SM
+    limited_by: str               # "threads", "blocks", "shared memory", "registers"
+    occupancy: float              # resident warps / the SM's warp slots
+    waves: int                    # ceil(grid blocks / (resident blocks per SM x SMs))
+    registers: int                # per thread, as used for the limit
+    registers_estimated: bool     # True when ptxas did not say
+
+
+def occupancy(device: DeviceInfo, threads_per_block: int, num_blocks: int, shared_bytes: int = 0,
+              registers: int | None = None) -> Occupancy:
+    """Resident blocks per SM as the CUDA occupancy calculator counts them: by threads, by
+    the block limit, by shared memory and by registers (allocated per warp in units of 256)."""
+    warps = -(-threads_per_block // device.threads_per_warp)
+    regs = registers if registers is not None else ESTIMATED_REGISTERS
+    unit = device.register_allocation_unit
+    regs_per_warp = -(-max(regs, 1) * device.threads_per_warp // unit) * unit
+    limits = {
+        "threads": device.threads_per_core_limit // max(threads_per_block, 1),
+        "blocks": device.blocks_per_core_limit,
+        "registers": device.registers_per_core_limit // (regs_per_warp * warps),
+    }
+    if shared_bytes > 0 and device.shared_memory_per_core:
+        limits["shared memory"] = device.shared_memory_per_core // shared_bytes
+    limited_by = min(limits, key=lambda k: limits[k])
+    blocks = max(limits[limited_by], 0)
+    slots = device.threads_per_core_limit // device.threads_per_warp
+    occ = min(1.0, blocks * warps / slots)
+    waves = -(-num_blocks // max(blocks * device.core_count, 1)) if blocks else 0
+    return Occupancy(blocks, limited_by, occ, waves, regs, registers is None)
+
+
+# ---- one kernel ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KernelEstimate:
+    kernel: str
+    fusion: str
+    device: str
+    flops: int
+    bytes_read: int               # distinct bytes of the operands
+    bytes_written: int
+    bytes_moved: int              # DRAM bytes including what uncoalesced access wastes
+    read_us: float
+    write_us: float
+    compute_us: float
+    launch_us: float
+    estimated_us: float
+    roofline_us: float            # bytes_read + bytes_written at full bandwidth
+    tensor_cores: bool
+    occupancy: Occupancy | None
+    coalescing: KernelCoalescing = field(repr=False, default=None)
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def pct_of_roofline(self) -> float:
+        return 100.0 * self.roofline_us / self.estimated_us if self.estimated_us else 0.0
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_us > self.read_us + self.write_us else "memory"
+
+    def summary_fields(self) -> dict:
+        """summary.json's cost-model fields (DESIGN §5)."""
+        occ = self.occupancy
+        return {
+            "estimated_us": round(self.estimated_us, 3), "bytes": self.bytes, "flops": self.flops,
+            "bytes_moved": self.bytes_moved, "pct_of_bandwidth_roofline": round(self.pct_of_roofline, 1),
+            "bound": self.bound, "tensor_cores_assumed": self.tensor_cores,
+            "coalesced": [r.coalesced for r in self.coalescing.reads],
+            "writes_coalesced": [w.coalesced for w in self.coalescing.writes],
+            "operands": [r.to_json() for r in self.coalescing.reads],
+            "occupancy": None if occ is None else {
+                "blocks_per_sm": occ.blocks_per_core, "limited_by": occ.limited_by,
+                "occupancy": round(occ.occupancy, 3), "waves": occ.waves, "registers": occ.registers,
+                "registers_estimated": occ.registers_estimated},
+            "cost_model_device": self.device,
+        }
+
+    def report_line(self) -> str:
+        """One line of ``--emit=fusions``."""
+        reads = ", ".join(f"%{r.name} {'coalesced' if r.coalesced else 'UNCOALESCED'}"
+                          + ("" if r.coalesced else f" ({r.efficiency:.0%} of bytes used)")
+                          for r in self.coalescing.reads if r.how not in ("unused", "scalar"))
+        writes = [w.name for w in self.coalescing.writes if not w.coalesced]
+        occ = self.occupancy
+        occ_text = (f", occupancy {occ.occupancy:.0%} ({occ.blocks_per_core} block(s)/SM by {occ.limited_by}), "
+                    f"{occ.waves} wave(s)" if occ is not None else "")
+        return (f"cost ({self.device}): {self.estimated_us:.2f} us, {self.bytes} B, {self.flops} flops, "
+                f"{self.pct_of_roofline:.0f}% of the bandwidth roofline, {self.bound}-bound{occ_text}; "
+                f"reads: {reads or 'none'}" + (f"; UNCOALESCED writes: {', '.join(writes)}" if writes else ""))
+
+
+def estimate_kernel(kernel: "KernelPlan", device: DeviceInfo, registers: int | None = None,
+                    static_shared: int | None = None, tensor_cores: bool = False) -> KernelEstimate:
+    """The estimate of one planned kernel on ``device``; ``registers`` and ``static_shared``
+    are ptxas's figures when known (else an estimate and the plan's static shared bytes);
+    ``tensor_cores``: dots may take the tensor-core path (``CompileOptions.dot_tensor_cores``)."""
+    spec, launch = kernel.spec, kernel.launch
+    coal = analyze_kernel(kernel)
+    num_blocks, threads = launch.num_blocks, launch.num_threads
+    if static_shared is None:
+        static_shared = int(spec.summary_fields().get("static_shared_bytes", 0) or 0)
+    occ = occupancy(device, threads, num_blocks, static_shared + launch.shared_bytes, registers) \
+        if num_blocks and threads else None
+    bandwidth = float(device.memory_bandwidth or 1e12)
+    clock = (device.clock_rate_ghz or 1.0) * 1e9
+    active_cores = min(num_blocks, device.core_count) if num_blocks else 0
+    issue_limit = max(active_cores, 1) * clock * device.memory_transactions_per_clock
+
+    def capped(bw: float) -> float:
+        return min(bw, issue_limit)
+
+    read_s = 0.0
+    moved = 0
+    for r in coal.reads:
+        if r.bytes_total == 0:
+            continue
+        rate = 1.0 if r.coalesced else max(r.efficiency, 1e-3)
+        rest = bandwidth
+        if r.bytes_net < (device.l2_cache_size or 0):
+            rest *= L2_CACHE_SPEEDUP
+            if r.bytes_net < device.l1_cache_per_core * device.core_count:
+                rest *= L1_CACHE_SPEEDUP
+        else:
+            rest *= rate
+        dram = min(r.bytes_net, r.bytes_total)
+        read_s += dram / capped(bandwidth * rate) + (r.bytes_total - dram) / capped(rest)
+        moved += round(dram / rate)
+    write_s = 0.0
+    for w in coal.writes:
+        rate = 1.0 if w.coalesced else max(w.efficiency, 1e-3)
+        write_s += w.bytes_net / capped(bandwidth * rate)
+        moved += round(w.bytes_net / rate)
+    flops, f64 = count_flops(spec.fusion.fused_computation)
+    tensor = _tensor_core_rate(spec, device) if tensor_cores else None
+    resident_threads = (occ.blocks_per_core * threads) if occ else threads
+    lanes = min(resident_threads, device.fpus_per_core) * active_cores
+    scalar_rate = 2.0 * clock * max(lanes, 1)
+    dot_flops = _dot_flops(spec.fusion.fused_computation) if tensor else 0
+    compute_s = ((flops - f64 - dot_flops) / scalar_rate + f64 / (scalar_rate * device.fp64_rate)
+                 + (dot_flops / (tensor * max(active_cores, 1) / device.core_count) if tensor else 0.0))
+    memory_s = read_s + write_s
+    exec_s = compute_s + memory_s - MEMORY_COMPUTE_PARALLELISM * min(compute_s, memory_s)
+    launch_us = device.kernel_launch_overhead_us if num_blocks else 0.0
+    total_bytes = sum(r.bytes_net for r in coal.reads) + sum(w.bytes_net for w in coal.writes)
+    return KernelEstimate(
+        kernel=kernel.kernel_name, fusion=kernel.fusion.name, device=device.name, flops=flops,
+        bytes_read=sum(r.bytes_net for r in coal.reads), bytes_written=sum(w.bytes_net for w in coal.writes),
+        bytes_moved=moved, read_us=read_s * 1e6, write_us=write_s * 1e6, compute_us=compute_s * 1e6,
+        launch_us=launch_us, estimated_us=exec_s * 1e6 + launch_us, roofline_us=total_bytes / bandwidth * 1e6,
+        tensor_cores=bool(tensor), occupancy=occ, coalescing=coal)
+
+
+def _tensor_core_rate(spec, device: DeviceInfo) -> float | None:
+    """Tensor-core FLOP/s of a dot kernel our tensor-core path may take, else None."""
+    dot = getattr(spec, "dot", None)
+    if dot is None or getattr(spec, "tensor_core_refusal", "no") is not None:
+        return None
+    bits = bits_of(dot.operands[0].shape.element_type)
+    return device.tensor_flops({8: "8bit", 16: "16bit"}.get(bits, "tf32"))
+
+
+def _dot_flops(comp) -> int:
+    return sum(_instruction_flops(i) for i in comp.instructions if i.opcode == "dot")
+
+
+# ---- a module ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ModuleEstimate:
+    device: str
+    kernels: tuple[KernelEstimate, ...]
+    not_estimated: tuple[tuple[str, str], ...] = ()   # (kernel, why) the model could not take
+
+    def for_kernel(self, name: str) -> KernelEstimate | None:
+        return next((k for k in self.kernels if k.kernel == name), None)
+
+    @property
+    def estimated_us(self) -> float:
+        return sum(k.estimated_us for k in self.kernels)
+
+    @property
+    def bytes(self) -> int:
+        return sum(k.bytes for k in self.kernels)
+
+    @property
+    def flops(self) -> int:
+        return sum(k.flops for k in self.kernels)
+
+    @property
+    def roofline_us(self) -> float:
+        return sum(k.roofline_us for k in self.kernels)
+
+    def summary_fields(self) -> dict:
+        pct = 100.0 * self.roofline_us / self.estimated_us if self.estimated_us else 0.0
+        return {"device": self.device, "estimated_us": round(self.estimated_us, 3), "bytes": self.bytes,
+                "flops": self.flops, "pct_of_bandwidth_roofline": round(pct, 1),
+                "uncoalesced_kernels": [k.kernel for k in self.kernels if not k.coalescing.all_coalesced],
+                "not_estimated": dict(self.not_estimated)}
+
+
+def cost_device(name: str | None, plan_device: DeviceInfo) -> DeviceInfo:
+    """The device ``CompileOptions.device`` names, else the plan's (the arch's)."""
+    return device_named(name) if name else plan_device
+
+
+def estimate_module(plan: "ModulePlan", device: DeviceInfo | None = None, resources: dict | None = None,
+                    tensor_cores: bool = False) -> ModuleEstimate:
+    """Every kernel of ``plan`` (each run once: loop bodies are not multiplied by trip
+    counts) on ``device`` (default: the plan's); ``resources`` is ptxas's per-kernel
+    ``KernelResources`` (registers, static shared memory) when the cubin stage ran. A kernel
+    the model cannot take (a map it cannot evaluate) is listed with why, never guessed."""
+    device = device or plan.device
+    resources = resources or {}
+    out, skipped = [], []
+    for k in plan.kernels:
+        res = resources.get(k.kernel_name)
+        try:
+            out.append(estimate_kernel(k, device, res.registers if res else None,
+                                       res.shared_bytes if res else None, tensor_cores))
+        except (ArithmeticError, ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+            skipped.append((k.kernel_name, f"{type(e).__name__}: {e}"))
+    return ModuleEstimate(device.name, tuple(out), tuple(skipped))
+
+
+__all__ = ["BufferAccess", "KernelEstimate", "ModuleEstimate", "Occupancy", "cost_device", "count_flops",
+           "estimate_kernel", "estimate_module", "occupancy"]
