@@ -25,6 +25,7 @@ from .dump import (BEFORE_OPTIMIZATIONS, DumpDirectory, DumpWriter, as_dump_dire
 from .hlo import HloModule
 from .hlo.errors import HloError, HloUnsupportedError
 from .hlo.library_targets import library_reason
+from .kernel_cache import KernelCache, cache_key, tool_versions
 from .options import CompileOptions
 from .stages import SOURCE, STAGES, Stage, StageOutput, StageUnavailable, split_ptx
 
@@ -66,6 +67,7 @@ class PipelineResult:
     dump_errors: dict[str, str] = field(default_factory=dict)       # dump-only stage → its error
     module_seconds: dict[str, float] = field(default_factory=dict)  # stage (and its parts) → seconds
     kernel_seconds: dict[str, dict[str, float]] = field(default_factory=dict)  # kernel → stage → s
+    cache_hits: list[str] = field(default_factory=list)             # stages read from the persistent cache
     writer: DumpWriter | None = None                                # the dump's files, when dumping
     summary: dict | None = None                                     # summary.json, when dumping
 
@@ -96,7 +98,7 @@ def _closure(wanted: Sequence[Stage], candidates: Sequence[Stage]) -> list[Stage
 
 def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None = None,
                  dump_to: Path | DumpDirectory | None = None, module_index: int = 0,
-                 then: Sequence[Stage] = ()) -> PipelineResult:
+                 then: Sequence[Stage] = (), cache: KernelCache | None = None) -> PipelineResult:
     """Run the stages in order, each once.
 
     ``emit``: the stage whose artifact is wanted (an error if it cannot run here). ``then``:
@@ -104,7 +106,9 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
     kernels); their artifacts are the goal, and an error in a stage that only feeds the dump
     does not fail the run: it is kept in ``dump_errors``. With neither, every stage runs.
     With ``dump_to``, every stage runs and each is written as it completes, as module number
-    ``module_index`` of the dump; ``summary.json`` once the dumped stages are done."""
+    ``module_index`` of the dump; ``summary.json`` once the dumped stages are done. With
+    ``cache``, a stage that says how (``Stage.cache``) is read from it when its inputs, the
+    options and the tool versions are the same, and written to it otherwise."""
     result = PipelineResult(module, options)
     wanted = stage(emit) if emit else None
     all_stages = [*STAGES, *then]
@@ -136,7 +140,7 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
                 continue
             t0 = time.perf_counter()
             try:
-                out = s.run(options, *(values[n] for n in s.needs))
+                out = _run_stage(s, options, [values[n] for n in s.needs], cache, result)
             except StageUnavailable as e:
                 cannot_run(s, str(e), e.detail)
                 continue
@@ -153,6 +157,25 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
         if dump is not None and result.summary is None:
             _summarise(dump, result)
     return result
+
+
+def _run_stage(s: Stage, options: CompileOptions, inputs: list, cache: KernelCache | None,
+               result: PipelineResult) -> StageOutput:
+    """``s`` on ``inputs``, or its output from ``cache`` (a damaged entry is a miss, rewritten)."""
+    if cache is None or s.cache is None:
+        return s.run(options, *inputs)
+    key = cache_key(s.name, repr(options), tool_versions(), s.cache.key_text(options, *inputs))
+    data = cache.get(key)
+    if data is not None:
+        try:
+            out = s.cache.load(data)
+            result.cache_hits.append(s.name)
+            return out
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            pass
+    out = s.run(options, *inputs)
+    cache.put(key, s.cache.dump(out))
+    return out
 
 
 def _record(result: PipelineResult, s: Stage, out: StageOutput, seconds: float) -> None:

@@ -26,3 +26,10 @@ def corpus() -> Path:
     if root is None:
         pytest.skip("shared corpus not found (set HLO_CORPUS or place it at ../shared/corpus)")
     return root
+
+
+@pytest.fixture(autouse=True)
+def _compile_cache_in_tmp(tmp_path_factory, monkeypatch):
+    """The compile cache of every test in a temporary folder of its own (each test starts
+    cold), never the user's home."""
+    monkeypatch.setenv("HLO_COMPILE_CACHE_DIR", str(tmp_path_factory.mktemp("hlo-compile-cache")))

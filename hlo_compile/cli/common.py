@@ -28,6 +28,8 @@ ENVIRONMENT: list[tuple[str, str]] = [
     ("HLO_COMPILE_ARCH", "default of hlo-compile --arch (e.g. sm_90); what hlo-run plans and dumps for on the host"),
     ("HLO_COMPILE_TENSOR_CORES", "default of --tensor-cores (1/true or 0/false)"),
     ("HLO_HOST_THREADS", "OS threads one launch on the host platform may use (default: the CPUs this process may use)"),
+    ("HLO_COMPILE_CACHE_DIR", "the compile cache (default $XDG_CACHE_HOME/hlo-compile, else ~/.cache/hlo-compile)"),
+    ("HLO_COMPILE_CACHE_MAX_MB", "the compile cache's size bound in MiB (default 1024; oldest entries go first)"),
     ("HLO_COMPILE_LARK_ONLY", "1: parse with the Lark parser only, without the hand-written fast path"),
     ("HLO_COMPILE_CUDA_HOME", "a CUDA toolkit to take libdevice and ptxas from before anything else"),
     ("CUDA_HOME, CUDA_PATH", "CUDA toolkit roots, searched after NVIDIA's pip wheels"),

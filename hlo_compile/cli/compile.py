@@ -8,14 +8,15 @@ Every flag is checked before any work; errors read ``file:line:col: error: ...``
 from __future__ import annotations
 
 import dataclasses
-
 import sys
+import time
 from pathlib import Path
 
 import click
 
 from ..dump import DumpDirectory
 from ..hlo import HloError
+from ..kernel_cache import KernelCache, default_cache_dir
 from ..options import CompileOptions
 from ..pipeline import STAGE_ALIASES, STAGES, UNAVAILABLE_STAGES, run_pipeline, stage
 from . import common
@@ -96,16 +97,23 @@ def _list_passes(ctx: click.Context, _param, value: bool) -> None:
 @click.option("--short", "short_form", is_flag=True, help="Print HLO in the short form (no operand shapes).")
 @click.option("--as-fusion", is_flag=True,
               help="The file is a bare fused computation (XLA's emitter test files): compile it as one fusion.")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Keep compiled kernels here (default: $HLO_COMPILE_CACHE_DIR, else "
+                   "$XDG_CACHE_HOME/hlo-compile, else ~/.cache/hlo-compile).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the compile cache.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress or timing lines on stderr.")
 @common.library_call_options
 @common.version_option(PROG)
 def main(file: str, dump_to: Path | None, emit: str | None, passes: str | None, output: Path | None, arch: str,
          platform: str, input_format: str, tensor_cores: bool, fusion: bool, split_input_file: bool,
-         short_form: bool, as_fusion: bool, gemm: str, conv: str) -> None:
+         short_form: bool, as_fusion: bool, cache_dir: Path | None, no_cache: bool, quiet: bool, gemm: str,
+         conv: str) -> None:
     """Compile the XLA HLO text module in FILE (- reads standard input) for an NVIDIA GPU."""
     try:
         options = CompileOptions(arch=arch, dot_tensor_cores=tensor_cores, fusion=fusion, gemm=gemm, conv=conv)
+        cache = None if no_cache else KernelCache(cache_dir or default_cache_dir())
         _main(file, dump_to, emit, passes, output, options, platform, input_format, split_input_file, short_form,
-              as_fusion)
+              as_fusion, cache, quiet)
     except UserError as e:
         click.echo(f"{PROG}: error: {e}", err=True)
         sys.exit(e.code)
@@ -158,7 +166,7 @@ def _check_flags(emit, passes, output, arch, platform, input_format, dump_to):
 
 
 def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform, input_format, split_input_file,
-          short_form, as_fusion) -> None:
+          short_form, as_fusion, cache: KernelCache | None = None, quiet: bool = True) -> None:
     stage_name, arch, chosen = _check_flags(emit, passes, output, options.arch, platform, input_format, dump_to)
     dump_to = common.dump_dir(dump_to) if chosen is None else None
     common.prepare_dump_dir(dump_to)
@@ -175,8 +183,11 @@ def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform
     files = 0
     notes: dict[str, str] = {}
     for i, module in enumerate(modules):
+        t0 = time.perf_counter()
         result = run_pipeline(module, options, emit=stage_name or ("hlo" if dump is None else None),
-                              dump_to=dump, module_index=i)
+                              dump_to=dump, module_index=i, cache=cache)
+        if not quiet:
+            _timing_line(result, time.perf_counter() - t0)
         notes.update(result.skipped)
         if result.writer is not None:
             files += len(result.writer.written)
@@ -190,6 +201,20 @@ def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform
     _write_outputs(outputs, output)
     if dump is not None:
         click.echo(f"{PROG}: wrote {files} files of {len(modules)} module(s) to {dump_to}", err=True)
+
+
+TIMING_THRESHOLD_S = 1.0  # compiles shorter than this print no timing line
+
+
+def _timing_line(result, seconds: float) -> None:
+    """One line on stderr after a compile of over a second: the stages' times, kernels, cache."""
+    if seconds < TIMING_THRESHOLD_S:
+        return
+    plan = result.plan
+    kernels = f", {len(plan.unique_kernels)} kernels for {len(plan.kernels)} fusions" if plan is not None else ""
+    stages = ", ".join(f"{name} {t:.2f}s" for name, t in result.module_seconds.items() if "." not in name)
+    hits = f"; from the cache: {', '.join(result.cache_hits)}" if result.cache_hits else ""
+    click.echo(f"{PROG}: {result.source.name}: {seconds:.2f}s{kernels} ({stages}){hits}", err=True)
 
 
 def _write_outputs(outputs: list[str | bytes], output: Path | None) -> None:
