@@ -4,7 +4,8 @@ takes). Correct for every dimension-number combination the interpreter supports;
 kernels (tiled, tensor cores) are a separate emitter.
 
 Accumulation follows the interpreter (and XLA:CPU): floats in f32 (f64 for f64 results),
-integers in the result type, ``pred`` results as an integer count tested against zero.
+integers in the result type, ``pred`` results as an integer count tested against zero,
+complex in the complex type itself (``complex_ops.complex_multiply_add``).
 """
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ from typing import Sequence
 from llvmlite import ir
 
 from ..hlo import HloInstruction
+from ..hlo.errors import HloUnsupportedError
 from ..indexing.op_maps import output_to_input
 from .affine_emitter import AffineEmitter
 from .elemental_convert import emit_convert
 from .index_op_table import index_op
-from .llvm_types import compute_type, is_f8
+from .complex_ops import complex_multiply_add, complex_zero
+from .llvm_types import compute_type, is_complex, is_f8
 
 
 def accumulation_type(out_et: str) -> str:
@@ -40,10 +43,20 @@ class _Accumulator:
         t = compute_type(self.et)
         with self.b.goto_entry_block():
             self.slot = self.b.alloca(t)
-        self.b.store(ir.Constant(t, 0), self.slot)
+        self.b.store(self.zero(), self.slot)
+
+    def zero(self) -> ir.Constant:
+        """0 in the accumulation type."""
+        return complex_zero(self.et) if is_complex(self.et) else ir.Constant(compute_type(self.et), 0)
 
     def add_product(self, x: ir.Value, x_et: str, y: ir.Value, y_et: str) -> None:
         b = self.b
+        if is_complex(self.et):  # XLA's complex dots and convolutions take one complex type throughout
+            if x_et != self.et or y_et != self.et:
+                raise HloUnsupportedError(f"a contraction of {x_et} and {y_et} into {self.out_et} mixes complex "
+                                          "and other types; no code generation")
+            b.store(complex_multiply_add(b, self.et, b.load(self.slot), x, y), self.slot)
+            return
         x, y = emit_convert(b, x, x_et, self.et), emit_convert(b, y, y_et, self.et)
         cur = b.load(self.slot)
         if self.et.startswith("f"):
@@ -146,8 +159,7 @@ def _convolution(fe, inst: HloInstruction, index):
                 acc.add_product(fe.value(lhs, lidx), lhs.shape.element_type, fe.value(rhs, kidx),
                                 rhs.shape.element_type)
             with outside, fe.scope():
-                zero = ir.Constant(compute_type(acc.et), 0)
-                acc.add_product(zero, acc.et, fe.value(rhs, kidx), rhs.shape.element_type)
+                acc.add_product(acc.zero(), acc.et, fe.value(rhs, kidx), rhs.shape.element_type)
     if math.prod(sizes) * in_feat > 0:
         _nest(fe, [*sizes, in_feat], body)
     return acc.result()

@@ -24,6 +24,7 @@ from ..hlo.errors import HloUnsupportedError
 from ..hlo.ir import HloComputation, HloInstruction
 from ..hlo.shape import Shape
 from . import elemental_arith, elemental_convert, elemental_math  # noqa: F401  (fill the opcode table)
+from .complex_ops import complex_constant, emit_complex_op
 from .elemental_convert import emit_convert, emit_reduce_precision
 from .elemental_math import MATH_FUNCTIONS
 from .elemental_table import OPS, OpContext, int_const, narrow, widen
@@ -42,14 +43,13 @@ def _where(inst: HloInstruction) -> str:
 
 
 def _check_element_types(inst: HloInstruction) -> None:
-    """Refuse complex and f8/f6/f4 element types, naming the op and the type."""
+    """Refuse f6/f4 (and other types without code generation), naming the op and the type."""
     for et in [inst.shape.element_type] + [o.shape.element_type for o in inst.operands]:
-        reason = "complex types have no code generation yet" if is_complex(et) else None
-        if reason is None:
-            try:
-                compute_type(et)
-            except UnsupportedElementType:
-                reason = f"{et} has no arithmetic in code generation yet"
+        reason = None
+        try:
+            compute_type(et)
+        except UnsupportedElementType:
+            reason = f"{et} has no arithmetic in code generation yet"
         if reason is not None:
             raise UnsupportedElementType(f"{inst.opcode} '{inst.name}'{_where(inst)} on element type {et}: {reason}")
 
@@ -57,6 +57,9 @@ def _check_element_types(inst: HloInstruction) -> None:
 def emit_scalar_op(b: ir.IRBuilder, target: Target, inst: HloInstruction,
                    operands: Sequence[ir.Value]) -> ir.Value:
     """The value of elementwise ``inst`` given its operands' scalar values (compute types)."""
+    if any(is_complex(o.shape.element_type) for o in [inst, *inst.operands]):
+        _check_element_types(inst)
+        return emit_complex_op(b, target, inst, operands)
     entry = OPS.get(inst.opcode)
     if entry is None:
         raise HloUnsupportedError(
@@ -103,7 +106,7 @@ def emit_constant_scalar(value: Any, et: str) -> ir.Constant:
     """The constant of element type ``et`` (compute type) for one literal element: a Python
     or numpy scalar (or 0-d array). Float constants keep their exact bits (-0, inf, NaN)."""
     if is_complex(et):
-        raise UnsupportedElementType(f"constant of element type {et}: complex types have no code generation yet")
+        return complex_constant(complex(np.asarray(value).reshape(())), et, emit_constant_scalar)
     t = compute_type(et)
     if t == I1:
         return ir.Constant(I1, bool(np.asarray(value)))

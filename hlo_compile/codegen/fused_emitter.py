@@ -246,7 +246,8 @@ class FusedEmitter:
 
     def _unpack(self, v: ir.Value, sg: Subgraph) -> list:
         """The call result as one entry per root (a list of leaves for tuple-shaped roots)."""
-        if not isinstance(v.type, ir.LiteralStructType):
+        count = sum(len(r.shape.tuple_shapes) if r.shape.is_tuple else 1 for r in sg.roots)
+        if count == 1:  # one leaf is returned as itself (a complex leaf is a struct too)
             return [v]
         leaves = [self.kb.b.extract_value(v, i) for i in range(len(v.type.elements))]
         out, k = [], 0

@@ -3,8 +3,9 @@
 Storage types: ``pred`` is stored as ``i8`` (one byte per element, as XLA stores it) and
 computed as ``i1``; unsigned integers are LLVM integers of the same width (signedness lives
 in the instructions chosen, not the type); 8-bit floats (``f8.py``) are held as their raw
-``i8`` bits and computed in f32 (decoded and re-encoded around every op); f6/f4 and
-``f8e8m0fnu`` have no code generation yet.
+``i8`` bits and computed in f32 (decoded and re-encoded around every op); complex c64/c128
+are literal structs of two floats (real, imaginary: XLA's interleaved layout in memory, the
+arithmetic in ``complex_ops.py``); f6/f4 and ``f8e8m0fnu`` have no code generation yet.
 """
 from __future__ import annotations
 
@@ -62,16 +63,19 @@ F32 = ir.FloatType()
 F64 = ir.DoubleType()
 VOID = ir.VoidType()
 PTR = ir.PointerType()  # opaque pointer in the generic address space
+C64 = ir.LiteralStructType([F32, F32])     # (real, imaginary)
+C128 = ir.LiteralStructType([F64, F64])
 
 _INT_BITS = {"s1": 1, "s2": 2, "s4": 4, "s8": 8, "s16": 16, "s32": 32, "s64": 64,
              "u1": 1, "u2": 2, "u4": 4, "u8": 8, "u16": 16, "u32": 32, "u64": 64}
 _FLOATS = {"f16": F16, "f32": F32, "f64": F64, "bf16": BFLOAT}
+_COMPLEX = {"c64": C64, "c128": C128}
 # 8-bit floats held as raw bits (codegen/f8.py has their formats)
 _F8 = frozenset({"f8e4m3fn", "f8e5m2", "f8e4m3", "f8e3m4", "f8e4m3fnuz", "f8e5m2fnuz", "f8e4m3b11fnuz"})
 
 
 class UnsupportedElementType(HloUnsupportedError, ValueError):
-    """An element type code generation does not handle (complex, f8/f6/f4 so far)."""
+    """An element type code generation does not handle (f6/f4, f8e8m0fnu so far)."""
 
 
 def is_signed(et: str) -> bool:
@@ -95,6 +99,10 @@ def is_f8(et: str) -> bool:
     return et in _F8
 
 
+def is_complex(et: str) -> bool:
+    return et in _COMPLEX
+
+
 def compute_type(et: str) -> ir.Type:
     """The type values of ``et`` have in registers (``pred`` is ``i1``)."""
     if et == "pred":
@@ -105,6 +113,8 @@ def compute_type(et: str) -> ir.Type:
         return _FLOATS[et]
     if et in _F8:
         return I8
+    if et in _COMPLEX:
+        return _COMPLEX[et]
     raise UnsupportedElementType(f"element type {et} has no LLVM code generation yet")
 
 
@@ -121,6 +131,8 @@ def storage_bytes(et: str) -> int:
     t = storage_type(et)
     if isinstance(t, ir.IntType):
         return max(1, t.width // 8)
+    if et in _COMPLEX:
+        return 8 if et == "c64" else 16
     return {"half": 2, "bfloat": 2, "float": 4, "double": 8}[str(t)]
 
 
