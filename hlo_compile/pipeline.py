@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .codegen.compiler import ModulePlan
+from .codegen.perf_model import cost_device, estimate_module
 from .codegen.report import FFT_LIBRARY, FFT_REASON, fft_calls
 from .dump import (BEFORE_OPTIMIZATIONS, DumpDirectory, DumpWriter, as_dump_directory, safe_file_name,
                    xla_arch_name)
@@ -214,9 +215,12 @@ def summary(result: PipelineResult) -> dict:
     cubin = result.values.get("cubin")
     resources = cubin.kernels if cubin is not None else {}
     plan = result.values.get("fusions")
+    cost = None if plan is None else estimate_module(
+        plan, cost_device(result.options.device, plan.device), resources, result.options.dot_tensor_cores)
     for k in (plan.kernels if plan is not None else []):
         a = k.analysis
         res = resources.get(k.kernel_name)
+        est = cost.for_kernel(k.kernel_name)
         kernels.append({
             "fusion": k.fusion.name, "kernel": k.kernel_name, "hero": ", ".join(h.name for h in a.heroes),
             "emitter": a.emitter, "variant": a.variant, "reason": a.reason,
@@ -226,6 +230,7 @@ def summary(result: PipelineResult) -> dict:
             "registers": res.registers if res else None,
             "spills": (res.spill_stores_bytes + res.spill_loads_bytes) if res else None,
             "stage_seconds": result.kernel_seconds.get(k.kernel_name, {}),
+            **(est.summary_fields() if est is not None else {"estimated_us": None}),
         })
     for call in (plan.library_calls if plan is not None else []):
         target = call.attr("custom_call_target")
@@ -240,4 +245,5 @@ def summary(result: PipelineResult) -> dict:
                         "stage_seconds": {}})
     return {"module": result.source.name, "arch": result.options.arch, "kernels": kernels,
             "stages": list(result.artifacts), "skipped_stages": result.skipped,
-            "stage_seconds": {k: round(v, 6) for k, v in result.module_seconds.items()}}
+            "stage_seconds": {k: round(v, 6) for k, v in result.module_seconds.items()},
+            "cost_model": cost.summary_fields() if cost is not None else None}
