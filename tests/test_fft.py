@@ -328,3 +328,51 @@ def test_cuda_step_wiring_against_recording_bindings(monkeypatch, fft_type, leng
     # a second run reuses the plan
     step.run(platform, frame)
     assert [c[0] for c in cufft.calls].count("make_plan_many64") == 1
+
+
+FNO_LAYER = """HloModule fno_spectral
+
+add {
+  a = c64[] parameter(0)
+  b = c64[] parameter(1)
+  ROOT s = c64[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[2,4,64] parameter(0)
+  w = c64[4,6,12] parameter(1)
+  xf = c64[2,4,33] fft(x), fft_type=RFFT, fft_length={64}
+  low = c64[2,4,12] slice(xf), slice={[0:2], [0:4], [0:12]}
+  lb = c64[2,4,6,12] broadcast(low), dimensions={0,1,3}
+  wb = c64[2,4,6,12] broadcast(w), dimensions={1,2,3}
+  prod = c64[2,4,6,12] multiply(lb, wb)
+  zero = c64[] constant((0, 0))
+  mixed = c64[2,6,12] reduce(prod, zero), dimensions={1}, to_apply=add
+  full = c64[2,6,33] pad(mixed, zero), padding=0_0x0_0x0_21
+  y = f32[2,6,64] fft(full), fft_type=IRFFT, fft_length={64}
+  bias = f32[2,6,64] parameter(2)
+  ROOT out = f32[2,6,64] add(y, bias)
+}
+"""
+
+
+def test_fno_spectral_layer_end_to_end():
+    """An FNO spectral layer as JAX writes it: rfft over the grid, the lowest 12 modes mixed across
+    channels by complex weights (multiply + reduce-add of c64), zero-padded back, irfft, bias.
+    Host (fft steps around complex kernels) = interpreter = a float64 numpy reference (and XLA:CPU)."""
+    module = parse_module(FNO_LAYER)
+    x = _input("f32", [2, 4, 64], 1)
+    w = (_input("f32", [4, 6, 12], 2) + 1j * _input("f32", [4, 6, 12], 3)).astype(np.complex64) / 4
+    bias = _input("f32", [2, 6, 64], 4)
+    xf = np.fft.rfft(x.astype(np.float64), axis=-1)[:, :, :12]
+    mixed = np.einsum("bik,iok->bok", xf, w.astype(np.complex128))
+    want = np.fft.irfft(np.pad(mixed, ((0, 0), (0, 0), (0, 21))), n=64, axis=-1) + bias
+    interp = evaluate_module(module, [x, w, bias])
+    host = compile_executable(module, "host").run([x, w, bias])
+    host = host[0] if isinstance(host, (list, tuple)) else host
+    assert _rel(interp, want) <= 1e-5 and _rel(host, want) <= 1e-5
+    np.testing.assert_allclose(host, interp, rtol=1e-5, atol=1e-5)
+    ref = _xla_ref()
+    if ref is not None:
+        (xla,) = ref.run_hlo_text(FNO_LAYER, [x, w, bias])
+        assert _rel(np.asarray(xla), want) <= 1e-5
