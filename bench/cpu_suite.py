@@ -31,6 +31,7 @@ from hlo_compile.runtime.executable import compile_executable
 from . import catalog
 from . import interpreter as interp_bench
 from . import parse as parse_bench
+from .cost_model import cost_section
 from .emitters import bind
 
 REPO = Path(__file__).resolve().parents[1]
@@ -202,7 +203,8 @@ def run_cpu_suite(ns) -> dict:
     corpus = find_corpus()
     sections = {}
     for name, fn in (("parse", lambda: parse_section(ns, corpus)), ("compile", lambda: compile_section(ns)),
-                     ("interpreter", lambda: interpreter_section(ns, corpus)), ("host", lambda: host_section(ns))):
+                     ("interpreter", lambda: interpreter_section(ns, corpus)), ("host", lambda: host_section(ns)),
+                     ("cost model", lambda: cost_section(ns))):
         t0 = time.perf_counter()
         try:
             sections[name] = fn()

@@ -74,7 +74,7 @@ class BufferAccess:
     element_type: str
     coalesced: bool
     efficiency: float
-    how: str                     # "map", "heuristic" (no map), "unused", "scalar"
+    how: str                     # "map", "heuristic" (no map), "unused", "scalar", "in place"
     bytes_net: int               # distinct bytes touched (at most the buffer's size)
     bytes_total: int             # bytes the threads touch, re-reads included
 
@@ -209,9 +209,13 @@ def analyze_spec(spec: KernelSpec, emitter: str | None) -> KernelCoalescing:
             for pm in maps:
                 per_param[p].append((compose(to_hero_operand, pm), _map_points(pm, hero_operand_elements)))
     heuristic = _heuristic_coalesced(fusion, emitter)
-    reads = tuple(_read_access(i, params[i], fusion.operands[i].name if i < len(fusion.operands) else params[i].name,
+    aliased = set(spec.in_place.values())   # in-place outputs start as these: not read per element
+    reads = tuple(BufferAccess(i, params[i].name, _etype(params[i].shape), True, 1.0, "in place", 0, 0)
+                  if i in aliased else
+                  _read_access(i, params[i], fusion.operands[i].name if i < len(fusion.operands) else params[i].name,
                                per_param[i], heuristic) for i in range(len(params)))
-    writes = tuple(_write_access(spec, k, shape, root.name)
+    region = max((r.bytes_net for r in reads), default=0)   # what an in-place kernel writes: its update
+    writes = tuple(_write_access(spec, k, shape, root.name, region if k in spec.in_place else None)
                    for k, (root, shape) in enumerate(output_leaves(fusion)))
     return KernelCoalescing(reads, writes)
 
@@ -279,9 +283,10 @@ def _read_access(i: int, param: HloInstruction, name: str, walks: list, heuristi
     return BufferAccess(i, name, _etype(shape), coalesced, eff, "map", net, total)
 
 
-def _write_access(spec: KernelSpec, k: int, shape: Shape, name: str) -> BufferAccess:
+def _write_access(spec: KernelSpec, k: int, shape: Shape, name: str, region: int | None = None) -> BufferAccess:
+    """Output leaf ``k``; ``region``: the bytes an in-place kernel writes into it."""
     bits = _bits(shape)
-    size = physical_size(shape) * bits // 8
+    size = physical_size(shape) * bits // 8 if region is None else min(region, physical_size(shape) * bits // 8)
     if shape.rank == 0 or shape.element_count() == 0:
         return BufferAccess(k, name, _etype(shape), True, 1.0, "scalar", size, size)
     try:

@@ -211,7 +211,7 @@ class KernelEstimate:
         """One line of ``--emit=fusions``."""
         reads = ", ".join(f"%{r.name} {'coalesced' if r.coalesced else 'UNCOALESCED'}"
                           + ("" if r.coalesced else f" ({r.efficiency:.0%} of bytes used)")
-                          for r in self.coalescing.reads if r.how not in ("unused", "scalar"))
+                          for r in self.coalescing.reads if r.how not in ("unused", "scalar", "in place"))
         writes = [w.name for w in self.coalescing.writes if not w.coalesced]
         occ = self.occupancy
         occ_text = (f", occupancy {occ.occupancy:.0%} ({occ.blocks_per_core} block(s)/SM by {occ.limited_by}), "
