@@ -80,10 +80,11 @@ def test_runtime_steps_and_the_compile_check_agree():
 @pytest.mark.parametrize("tool", ["hlo-compile", "hlo-run"])
 def test_cli_refuses_what_no_step_runs(tool, tmp_path):
     path = tmp_path / "spmd.hlo"
-    path.write_text(_module(", num_partitions=4", SPMD_OPS["all-reduce"]))
+    path.write_text(_module(", num_partitions=4", "  a = f32[8]{0} add(x, x)\n  t = token[] after-all()\n"
+                    "  ROOT r = f32[8]{0} add-dependency(a, t)"))
     args = [str(path), "--dump-to", str(tmp_path / "out")] if tool == "hlo-compile" else [str(path), "--platform=host"]
     module = "hlo_compile.cli.compile" if tool == "hlo-compile" else "hlo_compile.cli.run"
     res = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300)
     assert res.returncode == 2, res.stderr
-    assert "all-reduce '%r'" in res.stderr and "line 11" in res.stderr, res.stderr
+    assert "add-dependency '%r'" in res.stderr and "line 13" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr

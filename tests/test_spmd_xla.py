@@ -47,3 +47,10 @@ def test_interpreter_matches_xla_for_every_participant(name):
     module, world, args, expected = load(name)
     assert world.size == 8
     check(expected, evaluate_spmd(module, lambda k: args[k], world))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_host_matches_xla_for_every_participant(name):
+    from hlo_compile.runtime.spmd_run import compile_spmd
+    module, world, args, expected = load(name)
+    check(expected, compile_spmd(module, "host", world)(args))

@@ -37,7 +37,7 @@ def _runner(platform: str, module, world: World, s) -> Callable[[list, int | Non
         states = [{} for _ in range(world.size)]  # rng-get-and-update-state persists across runs
         return lambda args, seed: evaluate_spmd(module, lambda k: args[k], world, seed=seed, rng_states=states)
     from ..options import CompileOptions
-    from ..runtime.participants import compile_spmd
+    from ..runtime.spmd_run import compile_spmd
     from . import common
     options = CompileOptions(arch=common.default_arch(), fusion=s.fusion, gemm=s.gemm, conv=s.conv)
     run = compile_spmd(module, platform, world, options)

@@ -126,7 +126,16 @@ def collective_result(ev, inst, ops, opcode: str):
     array, or a tuple for several operands."""
     if opcode == "ragged-all-to-all":
         raise HloUnsupportedError(f"{_where(inst)}: ragged-all-to-all is not supported", inst.location)
-    return _single(COLLECTIVES[opcode](ev, inst, ops))
+    out = COLLECTIVES[opcode](ev, inst, ops)
+    shape = inst.shape
+    if inst.opcode != opcode and shape.is_tuple:  # a start: (operands, result, ...)
+        shape = shape.tuple_shapes[1]
+    declared = list(shape.tuple_shapes) if shape.is_tuple else [shape]
+    for x, s in zip(out, declared):
+        if tuple(np.shape(x)) != tuple(s.dimensions):
+            raise HloUnsupportedError(f"{_where(inst)}: its groups give a result of shape {list(np.shape(x))}, but "
+                                      f"it declares {s.to_text(False)} (a group of another size?)", inst.location)
+    return _single(out)
 
 
 @op("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute", "collective-broadcast",

@@ -27,6 +27,7 @@ from .wrap_fusions import fuse_and_wrap
 CONTROL_FLOW_ATTRIBUTES = {
     "while": ("condition", "body"),
     "conditional": ("true_computation", "false_computation", "branch_computations"),
+    "async-start": ("calls",),  # the wrapped computation: a program of its own (runtime/async_steps.py)
 }
 
 

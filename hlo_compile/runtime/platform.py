@@ -76,6 +76,19 @@ class Platform(ABC):
     def synchronize(self) -> None:
         """Wait for the work queued so far."""
 
+    # ---- async pairs (async_steps.py) ---------------------------------------------------------
+    def async_begin(self) -> Any:
+        """Work issued from now until ``async_end`` runs beside the main queue, after what was
+        queued so far (cuda: a stream of its own waiting on an event); a handle for
+        ``async_wait``. The default (host): synchronous, no handle."""
+        return None
+
+    def async_end(self, handle: Any) -> None:
+        """Issue on the main queue again."""
+
+    def async_wait(self, handle: Any) -> None:
+        """The main queue waits for the work between ``async_begin`` and ``async_end``."""
+
     # ---- graphs -----------------------------------------------------------------------------
     def build_graph(self, ops: Sequence[Any]) -> Any:
         """One replayable object for recorded launches and copies (``runtime/graph.py``)."""

@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 
 from ..codegen.compiler import ModulePlan
 from ..hlo import HloComputation, HloInstruction
+from . import async_steps, collective_steps
 from .control_flow import Conditional, While
 from .fft_steps import fft_step
 from .library_steps import library_step
@@ -86,6 +87,8 @@ STEP_TYPES: dict[str, Callable[[HloInstruction, ProgramBuilder], Step]] = {
     "conditional": _conditional,
     "custom-call": library_step,
     "fft": fft_step,
+    **collective_steps.STEPS,  # collectives, partition-id, replica-id
+    **async_steps.STEPS,  # async pairs, tokens, send/recv, rng-get-and-update-state
 }
 
 

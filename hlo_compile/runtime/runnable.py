@@ -15,8 +15,17 @@ from ..hlo.errors import HloUnsupportedError
 from ..hlo.library_targets import library_family
 
 RUNNABLE_OPCODES = frozenset({"parameter", "constant", "bitcast", "opt-barrier", "get-tuple-element", "tuple",
-                              "fusion", "while", "conditional", "custom-call", "fft"})
-SUPPORTED = "fusions, parameters, constants, bitcasts, tuples, while, conditional, fft and library calls"
+                              "fusion", "while", "conditional", "custom-call", "fft",
+                              # collective_steps.py
+                              "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
+                              "collective-broadcast", "ragged-all-to-all", "all-reduce-start", "all-gather-start",
+                              "collective-permute-start", "all-reduce-done", "all-gather-done",
+                              "collective-permute-done", "partition-id", "replica-id",
+                              # async_steps.py
+                              "copy-start", "copy-done", "async-start", "async-update", "async-done", "after-all",
+                              "rng-get-and-update-state", "send", "recv", "send-done", "recv-done"})
+SUPPORTED = ("fusions, parameters, constants, bitcasts, tuples, while, conditional, fft, library calls, "
+             "collectives, async pairs with calls=, send/recv and tokens")
 
 
 def unsupported(inst: HloInstruction, platform: str | None) -> HloUnsupportedError:
