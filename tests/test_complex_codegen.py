@@ -266,3 +266,23 @@ def test_filecheck_complex_multiply_ir():
         m = re.compile(check).search(ir_text, pos)
         assert m is not None, f"CHECK not found after offset {pos}: {check}\n--- IR ---\n{ir_text}"
         pos = m.end()
+
+
+def test_scatter_add_of_complex_is_refused_by_name():
+    """No atomic update of a (real, imag) pair yet: refused naming the scatter, never run wrong."""
+    text = """HloModule s
+add {
+  x = c64[] parameter(0)
+  y = c64[] parameter(1)
+  ROOT s = c64[] add(x, y)
+}
+ENTRY main {
+  a = c64[10,4] parameter(0)
+  i = s32[6,1] parameter(1)
+  u = c64[6,4] parameter(2)
+  ROOT r = c64[10,4] scatter(a, i, u), update_window_dims={1}, inserted_window_dims={0},
+      scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+}
+"""
+    with pytest.raises(HloError, match=r"scatter '%r'.*complex elements"):
+        compile_executable(parse_module(text), "host")

@@ -128,6 +128,9 @@ def plan_scatter_kernel(fusion: HloInstruction, analysis: FusionAnalysis, device
         raise _refuse(scatter, f"variadic scatter ({n} operands) without unique_indices needs a lock per element")
     updates = scatter.operands[n + 1].shape
     unique = bool(scatter.attr("unique_indices", False))
+    if not unique and any(o.shape.element_type in ("c64", "c128") for o in scatter.operands[:n]):
+        raise _refuse(scatter, "combining complex elements needs an atomic update of the whole (real, imag) "
+                      "pair (64/128-bit compare-and-swap of a struct), which is not implemented")
     op = None if unique else rmw_op(scatter)
     combine = "store" if unique else (f"atomicrmw {op}" if op else "cas")
     num = max(updates.element_count(), 1)
