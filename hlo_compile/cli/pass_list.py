@@ -28,6 +28,8 @@ _REWRITE_NAMES = {
                                                "compile, or calls of their computation to re-fuse"),
     "rewrite_topk_custom_calls": ("topk-custom-call", "XLA:CPU's TopK custom call as a topk instruction"),
     "expand_rng_bit_generators": ("expand-rng-bit-generator", "rng-bit-generator expanded into integer ops"),
+    "split_scatter_operands": ("scatter-operands", "a scatter fusion that computes its operand split in two: "
+                                                   "a loop fusion writing the operand, then the scatter (as XLA)"),
 }
 # XLA's names of the passes that do the same job
 ALIASES = {"call-inliner": "inline-calls", "tree-reduction-rewriter": "tree-reduction",
@@ -81,8 +83,8 @@ def all_passes() -> list[NamedPass]:
         NamedPass("library-calls", "cuBLAS/cuDNN calls lowered to plain HLO for our emitters (the families "
                                    "--gemm/--conv=generated name)", _library_calls),
         NamedPass("inline-calls", "call instructions in ENTRY inlined (XLA's call-inliner)", _inline),
-        NamedPass("tree-reduction", "XLA's tree-reduction split of reductions too long for one kernel "
-                                    "(for --arch)", _tree),
+        NamedPass("tree-reduction", "XLA's tree-reduction split of reductions that are not race-free, "
+                                    "lone or inside a formed fusion (one kernel per stage; for --arch)", _tree),
         NamedPass("fusion", "producer-consumer fusion of lone instructions (XLA's core rules)", _fusion),
         NamedPass("wrap-fusions", "every instruction that needs a kernel and is still alone, wrapped as a "
                                   "one-instruction fusion", _wrap),
