@@ -27,7 +27,7 @@ def _family(dtype: np.dtype) -> str | None:
     name = dt.name
     if name == "bfloat16":
         return "bf16"
-    if name.startswith("float8") or name.startswith("float6") or name.startswith("float4"):
+    if name.startswith(("float8_", "float6_", "float4_")):   # ml_dtypes' names ("float64" is not one)
         return "f8"
     if dt == np.float16:
         return "f16"
