@@ -46,6 +46,7 @@ _TABLE_EXTRA = {  # the extras worth a column, per section; the rest is in the J
                     "xla_us", "ours_over_xla"],
     "parse": ["module_mb", "xla_mb_s", "ours_over_xla"],
     "compile": ["kernels"],
+    "pass scaling": ["ratio_to_1x"],
     "interpreter": ["xla_cpu_ms", "ratio"],
     "host": ["first_parameter", "kernels", "time_over_copy"],
 }

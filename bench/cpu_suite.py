@@ -2,6 +2,8 @@
 
 - parse: MB/s of ``hlo_compile.parse_module`` on a large module built from the corpus
   (``bench/parse.py``'s ``build_large_module``), beside XLA's C++ parser when jax is importable;
+- pass scaling: the passes' seconds at 1×, 2×, 4×, 8× a generated chain (``bench/scaling.py``),
+  the ratio 8×/1× (≤ 10: linear);
 - compile: seconds per pipeline stage (``run_pipeline``, all stages, ``CompileOptions(arch=
   "sm_90")``) for ``examples/*.hlo`` and a generated module of 1,000 fusions;
 - interpreter: the interpreter on each JAX corpus case (``bench/interpreter.py``), beside XLA:CPU
@@ -33,6 +35,7 @@ from . import interpreter as interp_bench
 from . import parse as parse_bench
 from .cost_model import cost_section
 from .emitters import bind
+from .scaling import scaling_section
 
 REPO = Path(__file__).resolve().parents[1]
 _OPS = ["exponential", "tanh", "negate", "sqrt"]
@@ -203,6 +206,7 @@ def run_cpu_suite(ns) -> dict:
     corpus = find_corpus()
     sections = {}
     for name, fn in (("parse", lambda: parse_section(ns, corpus)), ("compile", lambda: compile_section(ns)),
+                     ("pass scaling", lambda: scaling_section(ns)),
                      ("interpreter", lambda: interpreter_section(ns, corpus)), ("host", lambda: host_section(ns)),
                      ("cost model", lambda: cost_section(ns))):
         t0 = time.perf_counter()

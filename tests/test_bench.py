@@ -34,7 +34,8 @@ def test_cpu_suite_quick_json(tmp_path):
     assert report["quick"] is True and "versions" in report and _is_number(report["seconds"])
     cpu = report["suites"]["cpu"]
     assert cpu["ran"] is True
-    assert set(cpu["sections"]) == {"parse", "compile", "interpreter", "host"}
+    assert {"parse", "compile", "pass scaling", "interpreter", "host"} <= set(cpu["sections"])
+    assert [r["extra"]["ratio_to_1x"] for r in cpu["sections"]["pass scaling"]["rows"]][0] == 1.0
     for name, sec in cpu["sections"].items():
         assert "error" not in sec, f"{name}: {sec['error']}"
         assert _is_number(sec["seconds"])
