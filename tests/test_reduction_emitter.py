@@ -185,8 +185,19 @@ ENTRY e {
     _check(text, variant="row")
 
 
-def test_not_race_free_root_falls_back_to_loop():
+def test_not_race_free_root_is_split_by_the_tree_reduction_rewrite():
+    """A not race-free reduce in a formed fusion is split into two reduction kernels
+    (passes/tree_reduction_fusions.py); tests/test_tree_reduction_in_fusion.py has the rest."""
     text = _reduce_module("f32", "f32", [2, 20000], [1])
+    text = text.replace("  r = f32[2] reduce", "  ROOT r = f32[2] reduce").replace("  ROOT o = f32[2] convert(r)\n", "")
+    kernels = plan_module(parse_module(text), CompileOptions()).kernels
+    assert [k.analysis.emitter for k in kernels] == ["reduction", "reduction"]
+    assert all("tree-reduction split" in k.analysis.reason for k in kernels)
+
+
+def test_not_race_free_root_with_a_layout_the_rewrite_leaves_falls_back_to_loop():
+    """The rewrite needs default layouts (as XLA's); otherwise the emitter declines, by name."""
+    text = _reduce_module("f32", "f32", [2, 20000], [1], layout="{0,1}")
     text = text.replace("  r = f32[2] reduce", "  ROOT r = f32[2] reduce").replace("  ROOT o = f32[2] convert(r)\n", "")
     module = parse_module(text)
     kernel = plan_module(module, CompileOptions()).kernels[0]
