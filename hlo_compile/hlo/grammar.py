@@ -88,8 +88,31 @@ def grammar_text() -> str:
     return text
 
 
+def _parser_cache_file(text: str) -> str | bool:
+    """Where Lark keeps the analysed grammar between runs (building the LALR tables takes
+    longer than parsing a small module): ``lark-<hash of the grammar and Lark's version>.pickle``
+    in the compile cache directory (``$HLO_COMPILE_CACHE_DIR``, else ``$XDG_CACHE_HOME/hlo-compile``,
+    else ``~/.cache/hlo-compile``; the same rule as ``kernel_cache.default_cache_dir``, which
+    ``hlo/`` may not import). False (no cache) when the directory cannot be made."""
+    import hashlib
+    import os
+
+    import lark
+    root = os.environ.get("HLO_COMPILE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "hlo-compile")
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError:
+        return False
+    digest = hashlib.sha256(f"{lark.__version__}\n{text}".encode()).hexdigest()[:24]
+    return os.path.join(root, f"lark-{digest}.pickle")
+
+
 @functools.lru_cache(maxsize=None)
 def build_parser(transformer_cls: type) -> Lark:
-    return Lark(grammar_text(), parser="lalr", lexer="contextual", transformer=transformer_cls(),
-                maybe_placeholders=False, propagate_positions=False, cache=False,
+    text = grammar_text()
+    # Lark checks the file against the grammar and options itself and rebuilds on a mismatch
+    # or a damaged file; the transformer is not part of what it stores
+    return Lark(text, parser="lalr", lexer="contextual", transformer=transformer_cls(),
+                maybe_placeholders=False, propagate_positions=False, cache=_parser_cache_file(text),
                 start=["start", "computation_body"])
