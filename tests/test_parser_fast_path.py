@@ -194,3 +194,20 @@ def test_declined_inputs_still_parse() -> None:
     for text in (nested, single):
         assert parser_mod._fast_path().parse(text) is None
         assert hlo_compile.parse_module(text, verify=False).entry.root.opcode == "negate"
+
+
+def test_parser_loaded_from_its_cache_file(tmp_path):
+    """The second process loads Lark's analysed grammar from the cache file; such a Lark object
+    lacks attributes a freshly built one has (``ignore_tokens``): parsing must still work."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "HLO_COMPILE_CACHE_DIR": str(tmp_path / "cache")}
+    code = ("from hlo_compile.hlo import parse_module\n"
+            "m = parse_module('HloModule m\\nENTRY e {\\n  p = f32[4] parameter(0)\\n"
+            "  ROOT n = f32[4] negate(p)\\n}\\n')\n"
+            "print(m.entry.root.opcode)\n")
+    for run in range(2):
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and r.stdout.strip() == "negate", (run, r.stderr[-2000:])
+    assert any(p.name.startswith("lark-") for p in (tmp_path / "cache").iterdir())

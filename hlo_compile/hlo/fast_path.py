@@ -83,7 +83,8 @@ class FastPath:
 
     def __init__(self, lark: Lark) -> None:
         terminals = list(lark.terminals)
-        self.ignored = frozenset(lark.ignore_tokens)
+        # lexer_conf, not ignore_tokens: a Lark loaded from its cache file has no ignore_tokens
+        self.ignored = frozenset(lark.lexer_conf.ignore)
         # Lark's BasicLexer order (lark/lexer.py): the first terminal that matches wins.
         terminals.sort(key=lambda t: (-t.priority, -t.pattern.max_width, -len(t.pattern.value), t.name))
         self.order = [t.name for t in terminals]
