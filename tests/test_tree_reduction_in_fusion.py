@@ -170,6 +170,24 @@ ENTRY e {
 """
 
 
+STATS = """
+fused_stats {
+  p = f32[%(r)d,%(n)d] parameter(0)
+  z = f32[] constant(0)
+  total = f32[%(r)d] reduce(p, z), dimensions={1}, to_apply=add
+  sq = f32[%(r)d,%(n)d] multiply(p, p)
+  squares = f32[%(r)d] reduce(sq, z), dimensions={1}, to_apply=add
+  ROOT t = (f32[%(r)d], f32[%(r)d]) tuple(total, squares)
+}
+"""
+STATS_ENTRY = """
+ENTRY e {
+  p = f32[%(r)d,%(n)d] parameter(0)
+  ROOT f = (f32[%(r)d], f32[%(r)d]) fusion(p), kind=kInput, calls=fused_stats
+}
+"""
+
+
 def _plan(text: str):
     return plan_module(parse_module(text), OPTIONS)
 
@@ -311,3 +329,14 @@ def test_column_reduction_longer_than_4096():
     text = _module(COLUMN % {"n": n, "c": c}, COLUMN_ENTRY % {"n": n, "c": c})
     _check_plan(text, 2)
     _host_matches(text, (0, 0))
+
+
+def test_two_long_row_reductions_of_one_fusion_stay_together():
+    """Mean and variance statistics (two reduces of one long row, a multi-output reduction
+    fusion): each stage is one multi-output reduction kernel, not one per reduce."""
+    v = {"r": 8, "n": 65536}
+    text = _module(STATS % v, STATS_ENTRY % v)
+    kernels = _check_plan(text, 2)
+    assert all(len(_reduces(k)) == 2 for k in kernels)
+    assert "%total (row [1, 8, 65536]), %squares (row [1, 8, 65536])" in kernels[0].analysis.reason
+    _host_matches(text, (1e-5, 1e-5))

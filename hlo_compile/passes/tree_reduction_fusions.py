@@ -75,11 +75,12 @@ def _split_fusion(module: HloModule, comp: HloComputation, fusion: HloInstructio
     # whose result the next stage reads (every inner one; an outer one standing for an inner)
     cut: set[int] = set()
     described: list[str] = []
+    for red in body.instructions:
+        if red.opcode == "reduce" and needs_split(red, device):
+            rd = reduction_dimensions(red)
+            described.append(f"%{red.name} ({'row' if rd.is_row else 'column'} "
+                             f"[{', '.join(map(str, rd.dimensions))}])")
     work = [c for c in copies.values() if c.opcode == "reduce" and needs_split(c, device)]
-    for red in work:
-        rd = reduction_dimensions(red)
-        described.append(f"%{red.name} ({'row' if rd.is_row else 'column'} "
-                         f"[{', '.join(map(str, rd.dimensions))}])")
     while work:
         red = work.pop(0)
         parts = split_reduce(comp, red, device, names)
