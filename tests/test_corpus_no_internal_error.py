@@ -8,14 +8,19 @@ fusion planning, indexing, LLVM IR, O3 and PTX. An ``HloError`` (the CLI's exit 
 is a bug in hlo-compile" of the CLI, and fails the test with the file and the traceback's end.
 
 Files over ``SIZE_LIMIT`` bytes are skipped to keep this test near a minute on two cores (about
-75 s with the machine loaded): the big real models (ResNet-50 at 290 KB alone takes about a
-minute, the fp8 Llamas, MaxText, MobileNet, the 1.8 MB slow-compile loop) take from seconds to
-minutes each and belong to issue 17's compile-time benchmark, which runs them.
+75 s with the machine loaded): the big real models (ResNet-50, the fp8 Llamas, MaxText,
+MobileNet, the 1.8 MB slow-compile loop, Llama 3.1 8B) take from seconds to more than a minute
+each. ``HLO_CORPUS_LARGE=1`` runs them too (``test_large_corpus_compiles_or_refuses``: the 10
+files over the limit took 2.6 min on two loaded cores; none failed internally). Modules are
+``.hlo`` (and ``.txt``, none in the corpus today).
 """
 from __future__ import annotations
 
+import os
 import traceback
 from pathlib import Path
+
+import pytest
 
 from hlo_compile.cli.common import UserError, read_modules
 from hlo_compile.hlo import HloError
@@ -43,8 +48,25 @@ def _failure(path: Path) -> str | None:
     return None
 
 
-def test_corpus_compiles_or_refuses(corpus: Path):
-    files = sorted(p for p in corpus.rglob("*.hlo") if p.stat().st_size <= SIZE_LIMIT)
-    assert files, f"no .hlo file under {corpus}"
+def _modules(corpus: Path, large: bool) -> list[Path]:
+    files = sorted(p for ext in ("*.hlo", "*.txt") for p in corpus.rglob(ext))
+    return [p for p in files if (p.stat().st_size > SIZE_LIMIT) == large]
+
+
+def _check(files: list[Path]) -> None:
     failures = [f for f in map(_failure, files) if f is not None]
     assert not failures, f"{len(failures)} of {len(files)} corpus files fail internally:\n" + "\n".join(failures)
+
+
+def test_corpus_compiles_or_refuses(corpus: Path):
+    files = _modules(corpus, large=False)
+    assert files, f"no .hlo file under {corpus}"
+    _check(files)
+
+
+@pytest.mark.skipif(os.environ.get("HLO_CORPUS_LARGE") != "1", reason="set HLO_CORPUS_LARGE=1 (minutes)")
+def test_large_corpus_compiles_or_refuses(corpus: Path):
+    files = _modules(corpus, large=True)
+    if not files:
+        pytest.skip(f"no module over {SIZE_LIMIT} bytes under {corpus}")
+    _check(files)
