@@ -340,3 +340,51 @@ def test_two_long_row_reductions_of_one_fusion_stay_together():
     assert all(len(_reduces(k)) == 2 for k in kernels)
     assert "%total (row [1, 8, 65536]), %squares (row [1, 8, 65536])" in kernels[0].analysis.reason
     _host_matches(text, (1e-5, 1e-5))
+
+
+WHILE_BODY = """HloModule w
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+fused_sum {
+  p = f32[50000] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[] reduce(p, z), dimensions={0}, to_apply=add
+}
+body {
+  t = (s32[], f32[], f32[50000]) parameter(0)
+  i = s32[] get-tuple-element(t), index=0
+  acc = f32[] get-tuple-element(t), index=1
+  x = f32[50000] get-tuple-element(t), index=2
+  s = f32[] fusion(x), kind=kInput, calls=fused_sum
+  acc2 = f32[] add(acc, s)
+  one = s32[] constant(1)
+  i2 = s32[] add(i, one)
+  ROOT o = (s32[], f32[], f32[50000]) tuple(i2, acc2, x)
+}
+cond {
+  t = (s32[], f32[], f32[50000]) parameter(0)
+  i = s32[] get-tuple-element(t), index=0
+  n = s32[] constant(3)
+  ROOT c = pred[] compare(i, n), direction=LT
+}
+ENTRY e {
+  x = f32[50000] parameter(0)
+  z = s32[] constant(0)
+  f = f32[] constant(0)
+  t = (s32[], f32[], f32[50000]) tuple(z, f, x)
+  w = (s32[], f32[], f32[50000]) while(t), condition=cond, body=body
+  ROOT r = f32[] get-tuple-element(w), index=1
+}
+"""
+
+
+def test_fusion_in_a_while_body_is_split_too():
+    plan = _plan(WHILE_BODY)
+    body = {k.fusion.name: k for k in plan.kernels}
+    assert "s.tree" in body and "s" in body
+    assert body["s.tree"].spec.launch.grid[0] > 1
+    assert "tree-reduction split" in body["s"].analysis.reason
+    _host_matches(WHILE_BODY, (1e-5, 1e-5))
