@@ -7,6 +7,9 @@ reductions, the reason naming the split), and the host against the interpreter o
 (the split changes the summation order: floats within tolerances, integers exactly)."""
 from __future__ import annotations
 
+import math
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -388,3 +391,16 @@ def test_fusion_in_a_while_body_is_split_too():
     assert body["s.tree"].spec.launch.grid[0] > 1
     assert "tree-reduction split" in body["s"].analysis.reason
     _host_matches(WHILE_BODY, (1e-5, 1e-5))
+
+
+@pytest.mark.parametrize("n", [65536, 20000])
+def test_thread_maps_of_the_stages_read_each_element_once(n):
+    """XLA's bijection check on the new kernels: each stage's thread -> reduce-input map reaches
+    every element of its (padded, reshaped) input exactly once."""
+    for k in _plan(_sum_squares(n)).kernels:
+        (red,) = _reduces(k)
+        dims = red.operands[0].shape.dimensions
+        m = k.spec.thread_to_input_map(0, 0)
+        hits = Counter(m.evaluate(d, s, r) for d, s, r in m.domain())
+        assert len(hits) == math.prod(dims) and set(hits.values()) == {1}, (k.fusion.name, dims, str(m))
+        assert all(0 <= i < size for idx in hits for i, size in zip(idx, dims))
