@@ -7,6 +7,7 @@ from typing import Sequence
 from hlo_compile.hlo.attributes import Attribute
 from hlo_compile.hlo.ir import HloComputation, HloInstruction, clone_instruction
 from hlo_compile.hlo.rewrite import NameScope, new_instruction, set_control_predecessors
+from hlo_compile.hlo.shape import Shape
 
 
 def fusion_attributes(comp: HloComputation, kind: str) -> dict[str, Attribute]:
@@ -48,3 +49,27 @@ def build_fusion(members: Sequence[HloInstruction], root: HloInstruction, comp_n
         body.append(copy)
     comp = HloComputation(comp_name, params + body, copies[id(root)])
     return new_instruction(root.name, "fusion", root.shape, operands, fusion_attributes(comp, kind), like=root)
+
+
+def build_fusion_of_outputs(members: Sequence[HloInstruction], outputs: Sequence[HloInstruction], comp_name: str,
+                            kind: str, name: str, names: NameScope, like: HloInstruction) -> HloInstruction:
+    """``build_fusion`` writing ``outputs`` (members): the one output as ROOT, or a tuple of
+    them; the fusion is named ``name`` (made fresh in ``names``), the tuple is located at ``like``."""
+    if len(outputs) == 1:
+        fusion = build_fusion(members, outputs[0], comp_name, kind)
+    else:
+        root = new_instruction(names.fresh(f"{name}.tuple"), "tuple",
+                               Shape.tuple_of([o.shape for o in outputs]), list(outputs), like=like)
+        fusion = build_fusion(list(members) + [root], root, comp_name, kind)
+    fusion.name = names.fresh(name)
+    return fusion
+
+
+def output_readers(fusion: HloInstruction, count: int, names: NameScope) -> list[HloInstruction]:
+    """What stands for each of the ``count`` outputs of ``fusion`` outside it: the fusion
+    itself, or a ``get-tuple-element`` per output (new, not yet placed in a computation)."""
+    if count == 1 and not fusion.shape.is_tuple:
+        return [fusion]
+    return [new_instruction(names.fresh(f"{fusion.name}.{k}"), "get-tuple-element", s, [fusion],
+                            {"index": Attribute("index", str(k), k)}, like=fusion)
+            for k, s in enumerate(fusion.shape.tuple_shapes[:count])]

@@ -12,13 +12,11 @@ inside the scatter fusion. Operands that already are parameters are left as they
 """
 from __future__ import annotations
 
-from hlo_compile.hlo.attributes import Attribute
 from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule
-from hlo_compile.hlo.rewrite import (NameScope, add_computation, insert_instructions, new_instruction,
-                                     remove_computations, replace_instructions)
-from hlo_compile.hlo.shape import Shape
+from hlo_compile.hlo.rewrite import (NameScope, add_computation, insert_instructions, remove_computations,
+                                     replace_instructions)
 
-from .fusion_builder import build_fusion
+from .fusion_builder import build_fusion, build_fusion_of_outputs, output_readers
 
 
 def split_scatter_operands(module: HloModule) -> HloModule:
@@ -83,27 +81,15 @@ def _split(module: HloModule, comp: HloComputation, fusion: HloInstruction, name
     targets = [scatter.operands[k] for k in _computed_operands(fusion)]
     targets = list({id(t): t for t in targets}.values())
     # the operand-writing loop fusion
-    members = _closure(targets, set())
-    if len(targets) == 1:
-        root, init_members = targets[0], members
-    else:
-        root = new_instruction(names.fresh(f"{fusion.name}.operands"), "tuple",
-                               Shape.tuple_of([t.shape for t in targets]), targets, like=fusion)
-        init_members = members + [root]
-    init = build_fusion(init_members, root, comp_names.fresh(f"{body.name}.operand"), "kLoop")
-    init.name = names.fresh(f"{fusion.name}.operand")
+    init = build_fusion_of_outputs(_closure(targets, set()), targets, comp_names.fresh(f"{body.name}.operand"),
+                                   "kLoop", f"{fusion.name}.operand", names, like=fusion)
     _outer_operands(init, fusion, {})
     add_computation(module, init.fused_computation, before=comp)
     insert_instructions(comp, [init], before=fusion)
-    outside: dict[int, HloInstruction] = {}
-    if len(targets) == 1:
-        outside[id(targets[0])] = init
-    else:
-        gtes = [new_instruction(names.fresh(f"{init.name}.{k}"), "get-tuple-element", t.shape, [init],
-                                {"index": Attribute("index", str(k), k)}, like=fusion)
-                for k, t in enumerate(targets)]
-        insert_instructions(comp, gtes, before=fusion)
-        outside.update({id(t): g for t, g in zip(targets, gtes)})
+    readers = output_readers(init, len(targets), names)
+    if readers[0] is not init:
+        insert_instructions(comp, readers, before=fusion)
+    outside = {id(t): r for t, r in zip(targets, readers)}
     # the scatter fusion, reading the operands as parameters
     scatter_members = _closure([scatter], {id(t) for t in targets})
     new = build_fusion(scatter_members, scatter, comp_names.fresh(f"{body.name}.scatter"),

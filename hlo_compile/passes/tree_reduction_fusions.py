@@ -28,9 +28,8 @@ from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule, clone_
 from hlo_compile.hlo.rewrite import (NameScope, add_computation, control_predecessors, insert_instructions,
                                      new_instruction, remove_computations, remove_instructions, replace_instructions,
                                      replace_uses, set_control_predecessors)
-from hlo_compile.hlo.shape import Shape
 
-from .fusion_builder import build_fusion
+from .fusion_builder import build_fusion_of_outputs, output_readers
 from .prepare_control_flow import executed_computations
 from .tree_reduction import needs_split, rewrite_tree_reductions, split_reduce
 
@@ -213,27 +212,16 @@ def _fuse(module: HloModule, comp: HloComputation, fusion: HloInstruction, membe
           replaced: dict[int, HloInstruction]) -> HloInstruction:
     """One new fusion of ``members`` writing ``outputs``, placed before ``fusion``; later
     readers of the outputs read the new fusion (``replaced`` records it)."""
-    base = fusion.fused_computation.name
-    if len(outputs) == 1:
-        root, body = outputs[0], members
-    else:
-        root = new_instruction(names.fresh(f"{fusion.name}.tree.tuple"), "tuple",
-                               Shape.tuple_of([o.shape for o in outputs]), outputs, like=fusion)
-        body = members + [root]
     kind = "kInput" if any(m.opcode == "reduce" for m in members) else "kLoop"
-    new = build_fusion(body, root, comp_names.fresh(f"{base}.tree"), kind)
-    new.name = names.fresh(f"{fusion.name}.tree")
+    new = build_fusion_of_outputs(members, outputs, comp_names.fresh(f"{fusion.fused_computation.name}.tree"), kind,
+                                  f"{fusion.name}.tree", names, like=fusion)
     text = note.replace("\\", "\\\\").replace('"', '\\"')
     new.attributes["frontend_attributes"] = Attribute("frontend_attributes", f'{{{TREE_REDUCTION_ATTRIBUTE}="{text}"}}',
                                                       f'{{{TREE_REDUCTION_ATTRIBUTE}="{text}"}}')
     add_computation(module, new.fused_computation, before=comp)
     insert_instructions(comp, [new], before=fusion)
-    if len(outputs) == 1:
-        values = [new]
-    else:
-        values = [new_instruction(names.fresh(f"{new.name}.{k}"), "get-tuple-element", o.shape, [new],
-                                  {"index": Attribute("index", str(k), k)}, like=fusion)
-                  for k, o in enumerate(outputs)]
+    values = output_readers(new, len(outputs), names)
+    if values[0] is not new:
         insert_instructions(comp, values, before=fusion)
     mapping = dict(zip(outputs, values))
     replace_uses(comp, mapping)
