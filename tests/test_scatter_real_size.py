@@ -123,6 +123,7 @@ def _check_plan(text: str) -> None:
     assert operand.opcode == "parameter"
     assert scatter.fusion.operands[operand.parameter_number].opcode in ("fusion", "get-tuple-element")
     assert scatter.donated, "the scatter kernel should update the operand fusion's buffer in place"
+    assert "scatter initialiser kernel" in init.analysis.reason and "is written by" in scatter.analysis.reason
     for k in plan.kernels:
         grid = k.spec.launch.grid
         assert grid[0] * grid[1] * grid[2] > 1, (k.fusion.name, grid)

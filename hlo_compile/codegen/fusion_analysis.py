@@ -34,13 +34,14 @@ __all__ = [
     "is_elementwise", "is_intermediate", "is_race_free", "is_real_reduction_hero",
     "is_reduction_from_or_to_contiguous_dimensions",
     "multi_row_vector_size", "reduction_dimensions", "reduction_variant", "reshape_is_bitcast",
-    "transpose_description", "TREE_REDUCTION_ATTRIBUTE", "tree_reduction_note",
+    "transpose_description", "SPLIT_NOTES", "split_note",
 ]
 
-# the frontend attribute ``passes/tree_reduction_fusions.py`` puts on the fusions it builds
-# when it splits a reduce that is not race-free out of a formed fusion: what the split is
-TREE_REDUCTION_ATTRIBUTE = "tree_reduction"
-_TREE_NOTE = re.compile(TREE_REDUCTION_ATTRIBUTE + r'="((?:[^"\\]|\\.)*)"')
+# frontend attributes our passes put on the fusions they build when they split a formed fusion
+# as XLA would have built it: what the split is (``passes/tree_reduction_fusions.py``: a reduce
+# that is not race-free; ``passes/scatter_operands.py``: the operand a scatter updates in place)
+SPLIT_NOTES = ("tree_reduction", "scatter_operand")
+_NOTE = re.compile(r'\b(' + "|".join(SPLIT_NOTES) + r')="((?:[^"\\]|\\.)*)"')
 
 _INT_MAX = 2**31 - 1
 # XLA's kinds the loop emitter can stand in for (it computes the fusion element by element)
@@ -136,7 +137,7 @@ def analyze_fusion(fusion: HloInstruction, device: DeviceInfo,
                     frozenset(available))
     choice = next(c for c in (rule(facts) for rule in HERO_RULES) if c is not None)
     emitter, reason = _our_emitter(choice, facts.available)
-    split = tree_reduction_note(fusion)
+    split = split_note(fusion)
     if split:
         reason = f"{split}; {reason}"
     heroes_kind = choice.heroes_kind or choice.xla
@@ -145,11 +146,11 @@ def analyze_fusion(fusion: HloInstruction, device: DeviceInfo,
                           facts.in_bits, facts.out_bits, heroes)
 
 
-def tree_reduction_note(fusion: HloInstruction) -> str:
-    """What tree-reduction split made ``fusion`` (``TREE_REDUCTION_ATTRIBUTE``), or ""."""
+def split_note(fusion: HloInstruction) -> str:
+    """What split of a formed fusion made ``fusion`` (its ``SPLIT_NOTES`` attributes), or ""."""
     raw = fusion.attributes.get("frontend_attributes")
-    m = _TREE_NOTE.search(raw.raw) if raw is not None else None
-    return re.sub(r"\\(.)", r"\1", m.group(1)) if m else ""
+    notes = _NOTE.findall(raw.raw) if raw is not None else []
+    return "; ".join(re.sub(r"\\(.)", r"\1", text) for _, text in notes)
 
 
 def _our_emitter(choice: _Choice, available: frozenset[EmitterKind]) -> tuple[EmitterKind | None, str]:

@@ -73,3 +73,13 @@ def output_readers(fusion: HloInstruction, count: int, names: NameScope) -> list
     return [new_instruction(names.fresh(f"{fusion.name}.{k}"), "get-tuple-element", s, [fusion],
                             {"index": Attribute("index", str(k), k)}, like=fusion)
             for k, s in enumerate(fusion.shape.tuple_shapes[:count])]
+
+
+def add_note(fusion: HloInstruction, key: str, text: str) -> None:
+    """Record on a fusion a pass built why it exists, as ``frontend_attributes={key="text"}``
+    (kept in dumps; the fusion analysis puts it in its reason: ``SPLIT_NOTES``)."""
+    quoted = text.replace("\\", "\\\\").replace('"', '\\"')
+    old = fusion.attributes.get("frontend_attributes")
+    body = old.raw.strip()[1:-1].strip() if old is not None else ""
+    raw = "{" + (body + "," if body else "") + f'{key}="{quoted}"' + "}"
+    fusion.attributes["frontend_attributes"] = Attribute("frontend_attributes", raw, raw)

@@ -16,7 +16,7 @@ from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule
 from hlo_compile.hlo.rewrite import (NameScope, add_computation, insert_instructions, remove_computations,
                                      replace_instructions)
 
-from .fusion_builder import build_fusion, build_fusion_of_outputs, output_readers
+from .fusion_builder import add_note, build_fusion, build_fusion_of_outputs, output_readers
 
 
 def split_scatter_operands(module: HloModule) -> HloModule:
@@ -84,6 +84,9 @@ def _split(module: HloModule, comp: HloComputation, fusion: HloInstruction, name
     init = build_fusion_of_outputs(_closure(targets, set()), targets, comp_names.fresh(f"{body.name}.operand"),
                                    "kLoop", f"{fusion.name}.operand", names, like=fusion)
     _outer_operands(init, fusion, {})
+    what = ", ".join(f"%{t.name}" for t in targets)
+    add_note(init, "scatter_operand", f"the operand ({what}) of scatter %{scatter.name} in fusion %{fusion.name}, "
+             "written before the scatter updates it in place (XLA's scatter initialiser kernel)")
     add_computation(module, init.fused_computation, before=comp)
     insert_instructions(comp, [init], before=fusion)
     readers = output_readers(init, len(targets), names)
@@ -99,5 +102,7 @@ def _split(module: HloModule, comp: HloComputation, fusion: HloInstruction, name
         if key in fusion.attributes and key not in new.attributes:
             new.attributes[key] = fusion.attributes[key]
     new.name = fusion.name
+    add_note(new, "scatter_operand", f"scatter of fusion %{fusion.name}; its operand ({what}) is written by "
+             f"%{init.name} first")
     add_computation(module, new.fused_computation, before=comp)
     replace_instructions(comp, {fusion: new})

@@ -16,20 +16,20 @@ recomputed there): the padded reduce could not write them as a reduction fusion'
 The fusion's value is rebuilt from the stages' outputs under its name.
 
 Every new fusion carries ``frontend_attributes={tree_reduction="..."}`` saying which split it
-is part of; the fusion analysis puts that in its reason (``--emit=fusions``, summary.json).
+is part of (``fusion_builder.add_note``); the fusion analysis puts that in its reason
+(``--emit=fusions``, summary.json).
 The split changes the order of the summation, as XLA's does.
 """
 from __future__ import annotations
 
 from hlo_compile.codegen.device_info import DeviceInfo
-from hlo_compile.codegen.fusion_analysis import TREE_REDUCTION_ATTRIBUTE, reduction_dimensions
-from hlo_compile.hlo.attributes import Attribute
+from hlo_compile.codegen.fusion_analysis import reduction_dimensions
 from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule, clone_instruction
 from hlo_compile.hlo.rewrite import (NameScope, add_computation, control_predecessors, insert_instructions,
                                      new_instruction, remove_computations, remove_instructions, replace_instructions,
                                      replace_uses, set_control_predecessors)
 
-from .fusion_builder import build_fusion_of_outputs, output_readers
+from .fusion_builder import add_note, build_fusion_of_outputs, output_readers
 from .prepare_control_flow import executed_computations
 from .tree_reduction import needs_split, rewrite_tree_reductions, split_reduce
 
@@ -215,9 +215,7 @@ def _fuse(module: HloModule, comp: HloComputation, fusion: HloInstruction, membe
     kind = "kInput" if any(m.opcode == "reduce" for m in members) else "kLoop"
     new = build_fusion_of_outputs(members, outputs, comp_names.fresh(f"{fusion.fused_computation.name}.tree"), kind,
                                   f"{fusion.name}.tree", names, like=fusion)
-    text = note.replace("\\", "\\\\").replace('"', '\\"')
-    new.attributes["frontend_attributes"] = Attribute("frontend_attributes", f'{{{TREE_REDUCTION_ATTRIBUTE}="{text}"}}',
-                                                      f'{{{TREE_REDUCTION_ATTRIBUTE}="{text}"}}')
+    add_note(new, "tree_reduction", note)
     add_computation(module, new.fused_computation, before=comp)
     insert_instructions(comp, [new], before=fusion)
     values = output_readers(new, len(outputs), names)
