@@ -16,6 +16,8 @@ from hlo_compile.options import CompileOptions
 from hlo_compile.runtime import compare, literals
 from hlo_compile.runtime.executable import compile_executable
 
+from test_tree_reduction_in_fusion import xla_cpu_matches_interpreter
+
 ADD = """
 add {
   a = f32[] parameter(0)
@@ -179,3 +181,11 @@ def test_operand_computed_from_an_entry_parameter_leaves_it_unchanged():
     values."""
     _check_plan(FROM_PARAMETER)
     _host_matches(FROM_PARAMETER)
+
+
+@pytest.mark.parametrize("case", ["embedding", "segment_sum", "from_parameter"])
+def test_interpreter_matches_xla_cpu(case):
+    text = {"embedding": _embedding_grad(3200, 64, 2048), "segment_sum": _segment_sum(100, 32, 5000),
+            "from_parameter": FROM_PARAMETER}[case]
+    args = literals.random_inputs(parse_module(text), 7)
+    xla_cpu_matches_interpreter(text, args, 1e-5, 1e-5)

@@ -7,8 +7,10 @@ reductions, the reason naming the split), and the host against the interpreter o
 (the split changes the summation order: floats within tolerances, integers exactly)."""
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -127,9 +129,9 @@ fused_argmin {
   p = f32[%(r)d,%(n)d] parameter(0)
   a = f32[%(r)d,%(n)d] abs(p)
   iota = s32[%(r)d,%(n)d] iota(), iota_dimension=1
-  inf = f32[] constant(inf)
+  pinf = f32[] constant(inf)
   zero = s32[] constant(0)
-  red = (f32[%(r)d], s32[%(r)d]) reduce(a, iota, inf, zero), dimensions={1}, to_apply=argmin
+  red = (f32[%(r)d], s32[%(r)d]) reduce(a, iota, pinf, zero), dimensions={1}, to_apply=argmin
   v = f32[%(r)d] get-tuple-element(red), index=0
   i = s32[%(r)d] get-tuple-element(red), index=1
   ROOT t = (f32[%(r)d], s32[%(r)d]) tuple(v, i)
@@ -404,3 +406,33 @@ def test_thread_maps_of_the_stages_read_each_element_once(n):
         hits = Counter(m.evaluate(d, s, r) for d, s, r in m.domain())
         assert len(hits) == math.prod(dims) and set(hits.values()) == {1}, (k.fusion.name, dims, str(m))
         assert all(0 <= i < size for idx in hits for i, size in zip(idx, dims))
+
+
+# ---- the interpreter against XLA:CPU -----------------------------------------------------------
+
+XLA_REF = Path(__file__).resolve().parents[2] / "shared" / "tools" / "xla_ref.py"
+
+
+def xla_cpu_matches_interpreter(text: str, args, rtol: float, atol: float) -> None:
+    """XLA:CPU (``shared/tools/xla_ref.py``, fusions inlined) on ``text`` gives what the
+    interpreter gives; skipped where jax or the tool is absent."""
+    if importlib.util.find_spec("jax") is None or not XLA_REF.is_file():
+        pytest.skip("XLA:CPU reference (jax, shared/tools/xla_ref.py) not available")
+    spec = importlib.util.spec_from_file_location("xla_ref", XLA_REF)
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    got = ref.run_hlo_text(text, [np.asarray(a) for a in args], inline=True, bitcast_to_reshape=True)
+    want = literals.flatten(evaluate_module(parse_module(text), args))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("case", ["sum", "loss", "argmin", "stats"])
+def test_interpreter_matches_xla_cpu(case):
+    texts = {"sum": _sum_squares(100000), "loss": _loss(16, 32000),
+             "argmin": _module(ARGMIN % {"r": 4, "n": 100000}, ARGMIN_ENTRY % {"r": 4, "n": 100000}),
+             "stats": _module(STATS % {"r": 8, "n": 65536}, STATS_ENTRY % {"r": 8, "n": 65536})}
+    text = texts[case]
+    args = literals.random_inputs(parse_module(text), 5)
+    xla_cpu_matches_interpreter(text, args, 1e-4, 1e-4)
