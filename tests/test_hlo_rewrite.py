@@ -294,3 +294,24 @@ def test_clone_module_remaps_called_computations_and_leaves_the_input_alone(modu
     replace_instructions(copy.entry, {copy.entry.instruction("b"):
                                       new_instruction("b", "log", F32_4, [copy.entry.instruction("a")])})
     assert module.to_text() == before and copy.to_text() != before
+
+
+def test_control_holders_are_kept_and_found_again_when_control_predecessors_appear(module):
+    from hlo_compile.hlo.rewrite import control_holders
+    comp = module.entry
+    a, b, c = (comp.instruction(n) for n in "abc")
+    assert control_holders(comp) == [b, c]
+    assert control_holders(comp) == [b, c]  # from the index: the same answer
+    set_control_predecessors(b, [])  # one less: never a stale holder
+    assert control_holders(comp) == [c]
+    # a replacement carrying control predecessors joins the holders, and later
+    # replacements retarget the lists that name it
+    fresh = new_instruction("b2", "log", F32_4, [a], {"control-predecessors": Attribute(
+        "control-predecessors", "{%p}", (comp.instruction("p"),))})
+    replace_instructions(comp, {b: fresh})
+    assert control_holders(comp) == [fresh, c]
+    later = new_instruction("a2", "abs", F32_4, [comp.instruction("p")])
+    replace_instructions(comp, {a: later})
+    assert control_predecessors(c)[0] is later
+    _users_are_exact(comp)
+    _reparses(module)

@@ -115,3 +115,108 @@ def test_reused_kernels_run_on_host_and_match_the_interpreter():
     # and the chain really ran four times: ((x*2+y)*2+y)... differs from one application
     once = args[0] * 2 + args[1]
     assert not np.allclose(got[0], once)
+
+
+# ---- plan once per structure (codegen/plan_sharing.py) ------------------------------------------
+
+def _layer(i: int) -> str:
+    """One 'layer' of lone instructions (the fusion pass makes its fusions): a row softmax
+    statistic (reduction with a side output), a transpose and an elementwise tail; every
+    layer has the same structure and its own names."""
+    return f"""
+  %e{i} = f32[64,128] exponential(%h{i})
+  %sum{i} = f32[64] reduce(%e{i}, %zero), dimensions={{1}}, to_apply=%add
+  %b{i} = f32[64,128] broadcast(%sum{i}), dimensions={{0}}
+  %d{i} = f32[64,128] divide(%e{i}, %b{i})
+  %t{i} = f32[128,64] transpose(%d{i}), dimensions={{1,0}}
+  %mu{i} = f32[128,64] multiply(%t{i}, %w)
+  %r{i} = f32[64,128] transpose(%mu{i}), dimensions={{1,0}}
+  %h{i + 1} = f32[64,128] tanh(%r{i})"""
+
+
+def _layers(n: int) -> str:
+    body = "".join(_layer(i) for i in range(n))
+    return ("HloModule layers\n\n%add (a: f32[], b: f32[]) -> f32[] {\n  %a = f32[] parameter(0)\n"
+            "  %b = f32[] parameter(1)\n  ROOT %s = f32[] add(%a, %b)\n}\n\n"
+            "ENTRY %main (x: f32[64,128], w: f32[128,64]) -> f32[64,128] {\n"
+            "  %h0 = f32[64,128] parameter(0)\n  %w = f32[128,64] parameter(1)\n  %zero = f32[] constant(0)"
+            + body + f"\n  ROOT %out = f32[64,128] copy(%h{n})\n}}\n")
+
+
+def _plans(text: str):
+    from hlo_compile.codegen.compiler import plan_prepared_module, prepare_module
+    options = CompileOptions()
+    prepared = prepare_module(parse_module(text), options)
+    return (plan_prepared_module(prepared, options),
+            plan_prepared_module(prepared, options, share_plans=False))
+
+
+def _instructions_in(value, seen=None):
+    """Every HloInstruction reachable from a plan's spec (containers and dataclasses)."""
+    import dataclasses as dc
+
+    from hlo_compile.hlo import HloInstruction
+    seen = set() if seen is None else seen
+    if id(value) in seen or isinstance(value, (str, int, float, type(None))):
+        return
+    seen.add(id(value))
+    if isinstance(value, HloInstruction):
+        yield value
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _instructions_in(k, seen)
+            yield from _instructions_in(v, seen)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for v in value:
+            yield from _instructions_in(v, seen)
+    elif dc.is_dataclass(value) and not isinstance(value, type):
+        for f in dc.fields(value):
+            yield from _instructions_in(getattr(value, f.name), seen)
+
+
+def test_fusions_of_one_structure_are_planned_once_with_their_own_names():
+    shared, alone = _plans(_layers(4))
+    copies = [k for k in shared.kernels if k.planned_from is not None]
+    # every fusion like an earlier one (here: the reduction and the transposes of layers 1..3) is a copy
+    assert len(copies) >= 5
+    assert {k.fusion.name for k in copies} == {k.fusion.name for k in shared.kernels if k.reuses}
+    assert all(k.planned_from is None for k in alone.kernels)
+    # the copies are what planning each on its own gives: the report (heroes, maps, launch), word for word
+    assert fusion_report_text(shared) == fusion_report_text(alone)
+    alone_spec = {k.fusion.name: k.spec for k in alone.kernels}
+    for k in copies:  # the copy names its own fusion's instructions, never the first one's
+        own = {id(i) for i in k.fusion.fused_computation.instructions} | {id(k.fusion)}
+        found = list(_instructions_in(k.spec))
+        assert found and all(id(i) in own for i in found), k.fusion.name
+        assert k.spec.fusion is k.fusion and k.spec.name == alone_spec[k.fusion.name].name != k.planned_from
+        assert k.spec.launch == alone_spec[k.fusion.name].launch
+
+
+def test_shared_plans_emit_the_same_kernels_and_run():
+    pytest.importorskip("llvmlite")
+    from hlo_compile.codegen.target import Target  # noqa: F401  (the host target below)
+    from hlo_compile.targets.nvptx import NvptxTarget
+    shared, alone = _plans(_layers(3))
+    assert [k.kernel_name for k in shared.unique_kernels] == [k.kernel_name for k in alone.unique_kernels]
+    target = NvptxTarget("sm_80")
+    for a, b in zip(shared.unique_kernels, alone.unique_kernels):
+        assert a.planned_from is None  # an emitted kernel is planned on its own
+        assert str(a.emit(target)) == str(b.emit(target))
+    module = parse_module(_layers(3))
+    rng = np.random.default_rng(1)
+    args = [rng.standard_normal((64, 128)).astype(np.float32), rng.standard_normal((128, 64)).astype(np.float32)]
+    exe = compile_executable(module, "host", CompileOptions())
+    got = literals.flatten(exe.run(args))[0]
+    want = literals.flatten(evaluate_module(module, args))[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_copied_plan_that_cannot_share_its_kernel_is_planned_afresh():
+    from hlo_compile.codegen.compiler import _plan_afresh, share_identical_kernels
+    shared, _ = _plans(_layers(2))
+    copy = next(k for k in shared.kernels if k.planned_from is not None)
+    copy.reuses, copy.kernel_name = None, copy.fusion.name.replace(".", "_") + "_own"
+    _plan_afresh(copy, shared.device)
+    assert copy.planned_from is None and copy.spec.name == copy.kernel_name
+    share_identical_kernels(shared.kernels)  # the key is the plan's, whoever made it

@@ -9,6 +9,7 @@ target (``plan.emit``): the same plan gives the GPU module and the host module.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 from dataclasses import dataclass, field
@@ -17,7 +18,6 @@ from llvmlite import ir
 
 from ..hlo import HloComputation, HloInstruction, HloModule
 from ..hlo.errors import HloUnsupportedError
-from ..hlo.fingerprint import computation_fingerprint
 from ..hlo.library_targets import library_family
 from ..hlo.tiling import physical_size
 from ..hlo.unbounded import refuse_unbounded_dimensions
@@ -32,6 +32,7 @@ from .emitters.loop import plan_loop_instead
 from .fusion_analysis import FusionAnalysis, analyze_fusion
 from .kernel import Declined, KernelSpec, output_leaves
 from .llvm_types import UnsupportedElementType, compute_type
+from .plan_sharing import Correspondence, SharedPlans, analysis_signature, plan_key, retarget
 from .target import LaunchDims, Target
 
 
@@ -55,6 +56,8 @@ class KernelPlan:
     # kernel reuse (XLA's KernelReuseCache): the fusion whose kernel this one launches
     # (``kernel_name`` is then that kernel's); None: this plan's kernel is emitted
     reuses: str | None = None
+    # the fusion whose plan this one is a copy of (``plan_sharing``); None: planned on its own
+    planned_from: str | None = None
 
     @property
     def donated(self) -> dict[int, int]:
@@ -139,12 +142,17 @@ def check_element_types(fusion: HloInstruction) -> None:
                                                  f"'%{fusion.name}')", inst.location) from None
 
 
-def plan_fusion(fusion: HloInstruction, device: DeviceInfo, kernel_name: str) -> KernelPlan:
+def plan_fusion(fusion: HloInstruction, device: DeviceInfo, kernel_name: str,
+                shared: SharedPlans | None = None) -> KernelPlan:
     """The analysis of ``fusion`` and the plan of the emitter it names (``EMITTERS``); a
     planner that declines hands the fusion to the loop emitter, with a new analysis that
-    says so. A refusal that names no place is given the fusion's name and line."""
+    says so. A refusal that names no place is given the fusion's name and line. With
+    ``shared`` (the first plan of each ``plan_key``), a fusion like one planned before takes
+    a copy of its plan (``plan_sharing``)."""
     try:
-        return _plan_fusion(fusion, device, kernel_name)
+        if shared is None:
+            return _plan_fusion(fusion, device, kernel_name)
+        return _plan_fusion_shared(fusion, device, kernel_name, shared)
     except HloUnsupportedError as e:
         if e.location is not None or fusion.location is None:
             raise
@@ -152,9 +160,14 @@ def plan_fusion(fusion: HloInstruction, device: DeviceInfo, kernel_name: str) ->
                                   fusion.location) from None
 
 
-def _plan_fusion(fusion: HloInstruction, device: DeviceInfo, kernel_name: str) -> KernelPlan:
+def _analyze(fusion: HloInstruction, device: DeviceInfo) -> FusionAnalysis:
     check_element_types(fusion)
-    analysis = analyze_fusion(fusion, device, available=available_emitters())
+    return analyze_fusion(fusion, device, available=available_emitters())
+
+
+def _plan_fusion(fusion: HloInstruction, device: DeviceInfo, kernel_name: str,
+                 analysis: FusionAnalysis | None = None) -> KernelPlan:
+    analysis = analysis or _analyze(fusion, device)
     if all(s.element_count() == 0 for _, s in output_leaves(fusion)):
         # nothing to compute (as XLA, no launch); the kernel exists so every fusion has one
         analysis = analysis.without_launch()
@@ -173,6 +186,27 @@ def _plan_fusion(fusion: HloInstruction, device: DeviceInfo, kernel_name: str) -
     return KernelPlan(fusion, kernel_name, analysis, spec, emitter)
 
 
+def _plan_fusion_shared(fusion: HloInstruction, device: DeviceInfo, kernel_name: str,
+                        shared: SharedPlans) -> KernelPlan:
+    analysis = _analyze(fusion, device)
+    if all(s.element_count() == 0 for _, s in output_leaves(fusion)):
+        return _plan_fusion(fusion, device, kernel_name, analysis)  # no launch: nothing to plan
+    key, signature = plan_key(fusion, shared.fingerprints), analysis_signature(analysis)
+    first = shared.first.get(key)
+    if first is None or first[1] != signature:
+        plan = _plan_fusion(fusion, device, kernel_name, analysis)
+        shared.first.setdefault(key, (plan, signature))
+        return plan
+    owner: KernelPlan = first[0]
+    spec = retarget(owner.spec, Correspondence(owner.fusion, fusion))
+    spec = copy.copy(spec) if spec is owner.spec else spec
+    object.__setattr__(spec, "name", kernel_name)
+    declined_by = getattr(spec, "declined_by", None)
+    if declined_by is not None and owner.analysis.emitter != analysis.emitter:
+        analysis = analysis.declined(declined_by, spec.declined_why)
+    return KernelPlan(fusion, kernel_name, analysis, spec, owner.emitter, planned_from=owner.fusion.name)
+
+
 def prepare_module(module: HloModule, options: CompileOptions) -> HloModule:
     """The module after the passes and the code generator's own rewrites (a copy)."""
     device = device_for_arch(options.arch)
@@ -186,45 +220,51 @@ def plan_module(module: HloModule, options: CompileOptions,
 
 
 def plan_prepared_module(wrapped: HloModule, options: CompileOptions,
-                         reserved_symbols: frozenset[str] = frozenset()) -> ModulePlan:
+                         reserved_symbols: frozenset[str] = frozenset(), *, share_plans: bool = True) -> ModulePlan:
     """The plan of a module ``prepare_module`` already rewrote (the pipeline's ``fusions``
     stage: the passes run once, in the ``hlo`` stage). No kernel takes a name in
     ``reserved_symbols``: the driver, which knows the targets, passes their
-    ``Target.linked_symbols``."""
+    ``Target.linked_symbols``. ``share_plans``: fusions of one structure share one plan
+    (``plan_sharing``; False plans each on its own, for tests that compare the two)."""
     refuse_unbounded_dimensions(wrapped, "compile")
     device = device_for_arch(options.arch)
     computations = executed_computations(wrapped)
     taken: set[str] = set()
-    kernels = [plan_fusion(inst, device, kernel_symbol(inst.name, taken, reserved_symbols))
+    shared = SharedPlans() if share_plans else None
+    kernels = [plan_fusion(inst, device, kernel_symbol(inst.name, taken, reserved_symbols), shared)
                for comp in computations for inst in comp.instructions if inst.opcode == "fusion"]
     by_fusion = {id(k.fusion): k for k in kernels}
     for comp in computations:
         assign_in_place_buffers(comp, by_fusion)
-    share_identical_kernels(kernels)
+    share_identical_kernels(kernels, None if shared is None else shared.fingerprints)
+    for k in kernels:
+        if k.reuses is None and k.planned_from is not None:
+            _plan_afresh(k, device)  # its kernel is emitted: from its own plan, its own names
     return ModulePlan(wrapped, device, kernels, computations)
+
+
+def _plan_afresh(k: KernelPlan, device: DeviceInfo) -> None:
+    fresh = _plan_fusion(k.fusion, device, k.kernel_name)
+    spec = dataclasses.replace(fresh.spec, donated=k.spec.donated) if k.spec.donated else fresh.spec
+    k.analysis, k.spec, k.emitter, k.planned_from = fresh.analysis, spec, fresh.emitter, None
 
 
 def kernel_reuse_key(k: KernelPlan, memo: dict[int, str] | None = None) -> tuple:
     """What must match for two fusions to launch one kernel (XLA's ``KernelReuseCache``:
     the fused computation's fingerprint and the kernel's arguments): the fused computation
     (opcodes, shapes and layouts, attributes, constants), the fusion's own attributes but its
-    name and metadata, the emitter chosen, the launch and the buffers' aliasing."""
-    fusion = k.fusion
-    own = tuple(sorted((n, a.raw) for n, a in fusion.attributes.items()
-                       if n not in ("calls", "metadata", "statistics", "control-predecessors",
-                                    "frontend_attributes")))
-    return (computation_fingerprint(fusion.fused_computation, memo), str(fusion.shape),
-            tuple(str(o.shape) for o in fusion.operands), own, k.analysis.emitter, k.analysis.variant,
-            k.launch, tuple(sorted(k.spec.in_place.items())), tuple(sorted(k.spec.donated.items())),
-            type(k.spec).__name__)
+    name and metadata (``plan_sharing.plan_key``), the emitter chosen, the launch and the
+    buffers' aliasing."""
+    return (plan_key(k.fusion, memo), k.analysis.emitter, k.analysis.variant, k.launch,
+            tuple(sorted(k.spec.in_place.items())), tuple(sorted(k.spec.donated.items())), type(k.spec).__name__)
 
 
-def share_identical_kernels(kernels: list[KernelPlan]) -> None:
+def share_identical_kernels(kernels: list[KernelPlan], memo: dict[int, str] | None = None) -> None:
     """Fusions with the same ``kernel_reuse_key`` launch the first one's kernel: it is emitted
     once (``ModulePlan.unique_kernels``), the others take its ``kernel_name`` and say whose it
     is in ``reuses``."""
     first: dict[tuple, KernelPlan] = {}
-    memo: dict[int, str] = {}
+    memo = {} if memo is None else memo
     for k in kernels:
         owner = first.setdefault(kernel_reuse_key(k, memo), k)
         if owner is not k:
