@@ -193,6 +193,28 @@ ENTRY e {
 """
 
 
+SOFTMAX = """
+fused_softmax {
+  x = f32[%(r)d,%(n)d] parameter(0)
+  ninf = f32[] constant(-inf)
+  m = f32[%(r)d] reduce(x, ninf), dimensions={1}, to_apply=mx
+  mb = f32[%(r)d,%(n)d] broadcast(m), dimensions={0}
+  d = f32[%(r)d,%(n)d] subtract(x, mb)
+  e = f32[%(r)d,%(n)d] exponential(d)
+  zero = f32[] constant(0)
+  s = f32[%(r)d] reduce(e, zero), dimensions={1}, to_apply=add
+  sb = f32[%(r)d,%(n)d] broadcast(s), dimensions={0}
+  ROOT y = f32[%(r)d,%(n)d] divide(e, sb)
+}
+"""
+SOFTMAX_ENTRY = """
+ENTRY e {
+  x = f32[%(r)d,%(n)d] parameter(0)
+  ROOT f = f32[%(r)d,%(n)d] fusion(x), kind=kLoop, calls=fused_softmax
+}
+"""
+
+
 def _plan(text: str):
     return plan_module(parse_module(text), OPTIONS)
 
@@ -420,6 +442,19 @@ def test_thread_maps_of_the_stages_read_each_element_once(n):
         hits = Counter(m.evaluate(d, s, r) for d, s, r in m.domain())
         assert len(hits) == math.prod(dims) and set(hits.values()) == {1}, (k.fusion.name, dims, str(m))
         assert all(0 <= i < size for idx in hits for i, size in zip(idx, dims))
+
+
+def test_softmax_over_a_long_row_cuts_after_each_broadcast_reduce():
+    """Softmax over 32000 columns in one loop fusion: each reduce whose result is broadcast
+    back ends its kernel (else every output element would add the partial results again):
+    max partials, max, exp-sum partials (+ exp written once), sum, divide: 6 kernels, every
+    reduce in a reduction kernel."""
+    v = {"r": 64, "n": 32000}
+    text = _module(SOFTMAX % v, SOFTMAX_ENTRY % v)
+    kernels = _check_plan(text, 6)
+    assert [len(_reduces(k)) for k in kernels] == [1, 1, 1, 0, 1, 0]
+    assert all(k.analysis.emitter == "reduction" for k in kernels if _reduces(k))
+    _host_matches(text, (1e-6, 1e-5))
 
 
 # ---- the interpreter against XLA:CPU -----------------------------------------------------------

@@ -71,8 +71,10 @@ def _split_fusion(module: HloModule, comp: HloComputation, fusion: HloInstructio
     roots = body.root.operands if body.root.opcode == "tuple" else [body.root]
     root_values = [copies[id(r)] for r in roots]
     # split every reduce that needs it, again while the parts need it; ``cut`` are the reduces
-    # whose result the next stage reads (every inner one; an outer one standing for an inner)
+    # whose result the next stage reads (every inner one; an outer one standing for an inner),
+    # ``finals`` the outer ones standing for a reduce of the fusion
     cut: set[int] = set()
+    finals: set[int] = set()
     described: list[str] = []
     for red in body.instructions:
         if red.opcode == "reduce" and needs_split(red, device):
@@ -90,6 +92,9 @@ def _split_fusion(module: HloModule, comp: HloComputation, fusion: HloInstructio
         if id(red) in cut:
             cut.discard(id(red))
             cut.add(id(outer))
+        else:
+            finals.discard(id(red))
+            finals.add(id(outer))
         replacement = next(i for i in comp.instructions if i.name == red.name)
         root_values = [replacement if v is red else v for v in root_values]
         work.extend(parts)
@@ -97,6 +102,9 @@ def _split_fusion(module: HloModule, comp: HloComputation, fusion: HloInstructio
     inlined = [i for i in comp.instructions if id(i) not in before]
     root_values = _drop_tuple_reads(comp, inlined, root_values)
     inlined = [i for i in comp.instructions if id(i) not in before]
+    # a reduce whose result is broadcast back (softmax: x - max(x)) ends its kernel: in the
+    # same kernel as the broadcast, every output element would add all the partial results again
+    cut |= {id(i) for i in inlined if id(i) in finals and _broadcast_after(i, {id(j) for j in inlined})}
     stages = _stages(inlined, cut)
     what = f"XLA's tree-reduction split of {', '.join(described)} from fusion %{fusion.name}"
     groups = _groups(inlined, stages, root_values)
@@ -139,6 +147,21 @@ def _drop_tuple_reads(comp: HloComputation, inlined: list[HloInstruction],
     dead = [i for i in inlined if i in direct or (i.opcode == "tuple" and id(i) not in read and id(i) not in kept)]
     remove_instructions(comp, dead)
     return root_values
+
+
+def _broadcast_after(inst: HloInstruction, inside: set[int]) -> bool:
+    """Whether a broadcast reads ``inst`` (through any ops of ``inside``)."""
+    seen: set[int] = set()
+    todo = list(inst.users)
+    while todo:
+        u = todo.pop()
+        if id(u) in seen or id(u) not in inside:
+            continue
+        seen.add(id(u))
+        if u.opcode == "broadcast":
+            return True
+        todo.extend(u.users)
+    return False
 
 
 def _crosses(inst: HloInstruction, cut: set[int]) -> bool:
