@@ -173,3 +173,13 @@ def test_xla_corpus_sample_fits_the_device(arch):
         problems, kernels = problems + found, kernels + n
     assert kernels >= 20
     assert not problems, "\n".join(problems)
+
+
+def test_zero_block_grid_is_not_a_violation():
+    """A zero-element output plans grid [0, 1, 1]: the runtime skips the launch, nothing to refuse
+    (the fuzzer's zero-element transpose was refused by the first version of this check)."""
+    from hlo_compile.codegen.device_info import device_named
+    from hlo_compile.codegen.launch_limits import launch_violations
+    dev = device_named("h100")
+    assert launch_violations(dev, (0, 1, 1), (1, 1, 1)) == []
+    assert launch_violations(dev, (1, 1, 1), (0, 1, 1))   # an empty block with blocks to run is wrong
