@@ -15,9 +15,12 @@ import hashlib
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .hlo import HloModule
 from .hlo.errors import HloUnsupportedError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .hlo import HloModule
 
 BEFORE_OPTIMIZATIONS = "before_optimizations.txt"
 SUMMARY = "summary.json"
