@@ -115,6 +115,17 @@ def _convert(inst: HloInstruction) -> None:
     src, dst = inst.operands[0].shape, inst.shape
     if not (src.is_array and dst.is_array) or not _same_dims(src, dst):
         raise VerifyProblem(f"convert from {text(src)} to {text(dst)} must keep the dimensions")
+    if kind(src.element_type) == "complex" and kind(dst.element_type) != "complex":
+        raise VerifyProblem(f"conversion from complex to real type {text(src)} => {dst.element_type} is not "
+                            "implemented in XLA (its shape inference refuses it); use real or imag")
+
+
+@check("compare")
+def _compare(inst: HloInstruction) -> None:
+    et = inst.operands[0].shape.element_type if inst.operands else ""
+    if kind(et) == "complex" and inst.attr("type", None) not in (None, "FLOAT"):
+        raise VerifyProblem(f"compare of {et} values has type {inst.attr('type')}: XLA expects comparison type "
+                            "FLOAT on complex values")
 
 
 @check("bitcast-convert")
