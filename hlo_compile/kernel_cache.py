@@ -13,9 +13,12 @@ the least recently used entries are removed.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import os
 import tempfile
+import zlib
 from pathlib import Path
 
 ENV_DIR = "HLO_COMPILE_CACHE_DIR"
@@ -43,11 +46,7 @@ def tool_versions() -> str:
             parts.append(f"{dist}={metadata.version(dist)}")
         except metadata.PackageNotFoundError:
             parts.append(f"{dist}=?")
-    try:
-        import llvmlite.binding as llvm
-        parts.append("llvm=" + ".".join(map(str, llvm.llvm_version_info)))
-    except Exception:  # pragma: no cover - llvmlite missing: nothing to cache anyway
-        pass
+    # (llvmlite's version fixes the LLVM it bundles: not loading LLVM keeps a warm start fast)
     try:
         from .targets.nvptx.toolkit import find_libdevice
         lib = find_libdevice()
@@ -187,3 +186,52 @@ def _unwrap(data: bytes) -> bytes | None:
     if not sep or hashlib.sha256(payload).hexdigest().encode() != digest:
         return None
     return payload
+
+
+# ---- whole results -------------------------------------------------------------------------
+# A warm ``hlo-compile`` (same input text, flags and tool versions) prints, writes and dumps
+# what the first run did without parsing or compiling: the result is one entry, its texts and
+# files packed as zlib-compressed JSON (bytes, the cubin, as base64).
+
+RESULT_FORMAT = "compile-result-1"
+
+
+def result_key(source: str, flags: list[str]) -> str:
+    """The key of a whole compile's result: the input text, the flags that decide what is
+    produced (not where it is written) and ``tool_versions``."""
+    return cache_key(RESULT_FORMAT, tool_versions(), *flags, source)
+
+
+def _encode(value):
+    if isinstance(value, bytes):
+        return {"b64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, dict):
+        return {"dict": {k: _encode(v) for k, v in value.items()}}
+    if isinstance(value, list):
+        return {"list": [_encode(v) for v in value]}
+    return value
+
+
+def _decode(value):
+    if isinstance(value, dict):
+        if "b64" in value:
+            return base64.b64decode(value["b64"])
+        if "dict" in value:
+            return {k: _decode(v) for k, v in value["dict"].items()}
+        if "list" in value:
+            return [_decode(v) for v in value["list"]]
+        raise ValueError("not a packed value")
+    return value
+
+
+def pack(value) -> bytes:
+    """``value`` (str, bytes, numbers, lists and dicts of them) as compressed bytes."""
+    return zlib.compress(json.dumps(_encode(value)).encode(), 1)
+
+
+def unpack(data: bytes):
+    """``pack``'s value again (ValueError if ``data`` is not one)."""
+    try:
+        return _decode(json.loads(zlib.decompress(data)))
+    except (zlib.error, json.JSONDecodeError, UnicodeDecodeError, TypeError, KeyError, AttributeError) as e:
+        raise ValueError(f"not a packed result: {e}") from None

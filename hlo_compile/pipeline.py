@@ -16,19 +16,18 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from .codegen.compiler import ModulePlan
-from .codegen.perf_model import cost_device, estimate_module
-from .codegen.report import FFT_LIBRARY, FFT_REASON, fft_calls
 from .dump import (BEFORE_OPTIMIZATIONS, DumpDirectory, DumpWriter, as_dump_directory, safe_file_name,
                    xla_arch_name)
-from .hlo import HloModule
 from .hlo.errors import HloError, HloUnsupportedError
-from .hlo.library_targets import library_reason
 from .kernel_cache import KernelCache, cache_key, tool_versions
 from .options import CompileOptions
 from .stages import SOURCE, STAGES, Stage, StageOutput, StageUnavailable, split_ptx
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .codegen.compiler import ModulePlan
+    from .hlo import HloModule
 
 __all__ = ["BEFORE_OPTIMIZATIONS", "CompileOptions", "DumpDirectory", "DumpWriter", "PipelineResult", "STAGES",
            "STAGE_ALIASES", "STAGE_NAMES", "Stage", "StageOutput", "StageUnavailable", "UNAVAILABLE_STAGES",
@@ -211,6 +210,9 @@ def dump_source(module: HloModule, dump_to: Path | DumpDirectory, module_index: 
 
 def summary(result: PipelineResult) -> dict:
     """summary.json (DESIGN §5)."""
+    from .codegen.perf_model import cost_device, estimate_module
+    from .codegen.report import FFT_LIBRARY, FFT_REASON, fft_calls
+    from .hlo.library_targets import library_reason
     kernels = []
     cubin = result.values.get("cubin")
     resources = cubin.kernels if cubin is not None else {}

@@ -17,20 +17,32 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from .codegen.compiler import ModulePlan, plan_prepared_module, prepare_module
-from .codegen.launch_limits import check_plan as check_launch_limits
-from .codegen.perf_model import cost_device, estimate_module
-from .codegen.report import fusion_report_text
-from .hlo import HloModule
-from .indexing.report import indexing_report_json, indexing_report_text
 from .options import CompileOptions
-from .runtime.runnable import check_runnable
-from .targets import reserved_kernel_symbols
-from .targets.linking import link_kernel_modules
-from .targets.nvptx import NvptxTarget, PtxResult, compile_to_ptx, toolkit
-from .targets.nvptx.ptxas import run_ptxas
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .codegen.compiler import ModulePlan
+    from .hlo import HloModule
+    from .targets.nvptx import PtxResult
+
+# The stages import the code generator, LLVM and the runtime checks when they run, not when
+# this table is imported: listing or naming stages (and a warm ``hlo-compile``) stays cheap.
+# The three steps below are module attributes (tests count and break them here).
+
+def plan_prepared_module(*args, **kwargs):
+    from .codegen.compiler import plan_prepared_module as plan
+    return plan(*args, **kwargs)
+
+
+def compile_to_ptx(*args, **kwargs):
+    from .targets.nvptx.ptx import compile_to_ptx as compile_
+    return compile_(*args, **kwargs)
+
+
+def run_ptxas(*args, **kwargs):
+    from .targets.nvptx.ptxas import run_ptxas as run
+    return run(*args, **kwargs)
 
 SOURCE = "source"  # the name under which stages read the input module
 
@@ -87,11 +99,17 @@ class LinkedKernels:
 
 
 def _hlo(options: CompileOptions, source: HloModule) -> StageOutput:
+    from .codegen.compiler import prepare_module
     module = prepare_module(source, options)
     return StageOutput(module, module.to_text("long"))
 
 
 def _fusions(options: CompileOptions, module: HloModule) -> StageOutput:
+    from .codegen.launch_limits import check_plan as check_launch_limits
+    from .codegen.perf_model import cost_device, estimate_module
+    from .codegen.report import fusion_report_text
+    from .runtime.runnable import check_runnable
+    from .targets import reserved_kernel_symbols
     # kernels keep their names on every target: none may take a symbol some target links
     plan = plan_prepared_module(module, options, reserved_kernel_symbols())
     check_runnable(plan.computations or [plan.module.entry], options.generated_call_families())
@@ -101,16 +119,20 @@ def _fusions(options: CompileOptions, module: HloModule) -> StageOutput:
 
 
 def _indexing(options: CompileOptions, source: HloModule) -> StageOutput:
+    from .indexing.report import indexing_report_text
     text = indexing_report_text(source)
     return StageOutput(text, text)
 
 
 def _indexing_json(options: CompileOptions, source: HloModule) -> StageOutput:
+    from .indexing.report import indexing_report_json
     report = indexing_report_json(source)
     return StageOutput(report, json.dumps(report, indent=1) + "\n")
 
 
 def _llvm(options: CompileOptions, plan: ModulePlan) -> StageOutput:
+    from .targets.linking import link_kernel_modules
+    from .targets.nvptx import NvptxTarget
     target = NvptxTarget(options.arch, dot_tensor_cores=options.dot_tensor_cores)
     kernel_ir, seconds, modules = {}, {}, []
     for k in plan.unique_kernels:  # a kernel several fusions launch is emitted once
@@ -124,6 +146,7 @@ def _llvm(options: CompileOptions, plan: ModulePlan) -> StageOutput:
 
 
 def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels) -> StageOutput:
+    from .targets.nvptx import toolkit
     names = [k.kernel_name for k in plan.unique_kernels]
     try:
         result = compile_to_ptx(llvm.linked, options.arch, names, opt_level=options.opt_level)
@@ -142,6 +165,7 @@ def _llvm_opt_dump(out: StageOutput) -> bytes:
 
 
 def _llvm_opt_load(data: bytes) -> StageOutput:
+    from .targets.nvptx import PtxResult
     d = json.loads(data)
     if not isinstance(d.get("llvm_opt"), str) or not isinstance(d.get("ptx"), str):
         raise ValueError("not an llvm-opt entry")
@@ -155,6 +179,8 @@ def _ptx(options: CompileOptions, plan: ModulePlan, optimized: PtxResult) -> Sta
 
 
 def _cubin(options: CompileOptions, plan: ModulePlan, ptx: str) -> StageOutput:
+    from .codegen.launch_limits import check_plan as check_launch_limits
+    from .targets.nvptx import toolkit
     if toolkit.find_ptxas() is None:  # looked up at each call: tests stand in for it
         raise StageUnavailable(toolkit.ptxas_missing_reason())
     t0 = time.perf_counter()

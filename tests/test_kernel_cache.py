@@ -110,7 +110,7 @@ def test_cli_cache_dir_and_no_cache(tmp_path):
     d = tmp_path / "c"
     r1 = runner.invoke(compile_main, [str(GELU), "--emit=ptx", "--cache-dir", str(d)])
     assert r1.exit_code == 0, r1.output
-    assert len(KernelCache(d).entries()) == 1
+    assert len(KernelCache(d).entries()) == 2  # the llvm-opt stage and the whole result
     r2 = runner.invoke(compile_main, [str(GELU), "--emit=ptx", "--cache-dir", str(d)])
     assert r2.exit_code == 0 and r2.stdout == r1.stdout
     e = tmp_path / "none"
@@ -119,3 +119,54 @@ def test_cli_cache_dir_and_no_cache(tmp_path):
     r4 = runner.invoke(compile_main, [str(GELU), "--emit=ptx"])  # $HLO_COMPILE_CACHE_DIR (conftest)
     assert r4.exit_code == 0
     assert KernelCache(default_cache_dir()).entries()
+
+
+# ---- the whole result (a warm hlo-compile reads it without parsing or compiling) ---------------
+
+def _invoke(args, **kw):
+    return CliRunner().invoke(compile_main, [str(a) for a in args], **kw)
+
+
+def test_warm_compile_prints_the_stored_result_without_parsing(tmp_path, monkeypatch):
+    d = tmp_path / "c"
+    cold = _invoke([GELU, "--emit=fusions", "--cache-dir", d])
+    assert cold.exit_code == 0, cold.output
+    import hlo_compile.cli.common as common
+
+    def no_parsing(*a, **k):
+        raise AssertionError("a warm compile parsed the module")
+    monkeypatch.setattr(common, "modules_of_text", no_parsing)
+    warm = _invoke([GELU, "--emit=fusions", "--cache-dir", d])
+    assert warm.exit_code == 0 and warm.stdout == cold.stdout
+    # another stage, another arch or changed text: not that result (it parses, and fails here)
+    for args in (["--emit=hlo"], ["--emit=fusions", "--arch=sm_90"], ["--emit=fusions", "--short"]):
+        miss = _invoke([GELU, *args, "--cache-dir", d])
+        assert miss.exit_code != 0 and "parsed the module" in miss.output, args
+    changed = tmp_path / "g.hlo"
+    changed.write_text(GELU.read_text() + "\n")
+    assert _invoke([changed, "--emit=fusions", "--cache-dir", d]).exit_code != 0
+
+
+def test_warm_compile_restores_the_dump_and_notes(tmp_path):
+    _ptx_run(None)  # skips where libdevice is missing
+    d = tmp_path / "c"
+    cold_dir, warm_dir = tmp_path / "d1", tmp_path / "d2"
+    cold = _invoke([GELU, "--dump-to", cold_dir, "--cache-dir", d])
+    assert cold.exit_code == 0, cold.output
+    warm = _invoke([GELU, "--dump-to", warm_dir, "--cache-dir", d])
+    assert warm.exit_code == 0 and warm.stderr == cold.stderr.replace(str(cold_dir), str(warm_dir))
+    files = sorted(p.name for p in cold_dir.iterdir())
+    assert files == sorted(p.name for p in warm_dir.iterdir()) and len(files) > 5
+    for name in files:
+        assert (cold_dir / name).read_bytes() == (warm_dir / name).read_bytes(), name
+
+
+def test_damaged_result_entry_is_a_miss(tmp_path):
+    d = tmp_path / "c"
+    cold = _invoke([GELU, "--emit=fusions", "--cache-dir", d])
+    from hlo_compile.kernel_cache import pack
+    cache = KernelCache(d)
+    for _, _, p in cache.entries():  # valid entries holding something that is not a result
+        cache.put(p.stem, pack({"outputs": "nonsense"}))
+    third = _invoke([GELU, "--emit=fusions", "--cache-dir", d])
+    assert third.exit_code == 0 and third.stdout == cold.stdout

@@ -12,12 +12,14 @@ import shlex
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import click
 
-from ..hlo import HloModule, parse_module, parse_modules
 from ..hlo.errors import HloError, HloParseError, SourceLocation
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..hlo import HloModule
 
 EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
 STDIN = "-"
@@ -263,6 +265,13 @@ def read_modules(path: str, split_input_file: bool = False, as_fusion: bool = Fa
     """The modules of an input file (``-``: standard input): one, or those between
     ``// -----`` lines; with ``as_fusion``, each a bare fused computation wrapped as one fusion."""
     text, name = read_source(path)
+    return modules_of_text(text, name, split_input_file, as_fusion)
+
+
+def modules_of_text(text: str, name: str, split_input_file: bool = False,
+                    as_fusion: bool = False) -> list[HloModule]:
+    """``read_modules`` on text already read (``read_source``)."""
+    from ..hlo import parse_module, parse_modules  # the parser (and numpy): only when parsing
     modules = parse_modules(text, name) if split_input_file else [parse_module(text, name)]
     if not modules:
         raise UserError(f"{name}: no HLO module in the file (only comments and '// -----' lines)")
@@ -341,7 +350,7 @@ def check_llvmlite() -> None:
 
 def supported_archs() -> list[str]:
     from ..codegen.device_info import known_archs
-    from ..targets.nvptx import SUPPORTED_ARCHS
+    from ..targets.nvptx.archs import SUPPORTED_ARCHS
     return [a for a in SUPPORTED_ARCHS if a in known_archs()]
 
 

@@ -8,17 +8,19 @@ Every flag is checked before any work; errors read ``file:line:col: error: ...``
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
 
-from ..dump import DumpDirectory
-from ..hlo import HloError
-from ..kernel_cache import KernelCache, default_cache_dir
+from ..dump import SUMMARY, DumpDirectory
+from ..hlo.errors import HloError
+from ..kernel_cache import KernelCache, default_cache_dir, pack, result_key, unpack
 from ..options import CompileOptions
-from ..pipeline import STAGE_ALIASES, STAGES, UNAVAILABLE_STAGES, run_pipeline, stage
+from ..pipeline import STAGE_ALIASES, STAGES, UNAVAILABLE_STAGES, stage
 from . import common
 from .common import EXIT_ERROR, STDIN, UserError
 
@@ -112,8 +114,16 @@ def main(file: str, dump_to: Path | None, emit: str | None, passes: str | None, 
     try:
         options = CompileOptions(arch=arch, dot_tensor_cores=tensor_cores, fusion=fusion, gemm=gemm, conv=conv)
         cache = None if no_cache else KernelCache(cache_dir or default_cache_dir())
+        checked = _check_flags(emit, passes, output, arch, platform, input_format, dump_to)
+        source = common.read_source(file) if passes is None else None
+        key = None
+        if cache is not None and source is not None:
+            key = result_key(source[0], _result_flags(checked[0], checked[1], split_input_file, short_form,
+                                                      as_fusion, dump_to, options))
+            if _from_cache(cache, key, output, dump_to):
+                return
         _main(file, dump_to, emit, passes, output, options, platform, input_format, split_input_file, short_form,
-              as_fusion, cache, quiet)
+              as_fusion, cache, quiet, source=source, result_key=key, checked=checked)
     except UserError as e:
         click.echo(f"{PROG}: error: {e}", err=True)
         sys.exit(e.code)
@@ -165,42 +175,102 @@ def _check_flags(emit, passes, output, arch, platform, input_format, dump_to):
     return stage_name, arch, chosen
 
 
+@dataclass
+class _Record:
+    """What a compile prints and writes: kept whole in the cache for a warm run."""
+
+    outputs: list = field(default_factory=list)    # the printed stage per module (str or the cubin)
+    notes: dict = field(default_factory=dict)      # stage → why it was skipped
+    files: dict = field(default_factory=dict)      # dump file name → its bytes
+    modules: int = 0
+
+
+def _result_flags(stage_name, arch, split_input_file, short_form, as_fusion, dump_to,
+                  options: CompileOptions) -> list[str]:
+    """The flags that decide what a compile prints and dumps (not where it writes it), as
+    text, with the environment the tools are found through (ptxas makes the cubin)."""
+    dump = common.dump_dir(dump_to)
+    env = [f"{v}={os.environ.get(v, '')}" for v in ("HLO_COMPILE_CUDA_HOME", "CUDA_HOME", "CUDA_PATH")]
+    if dump is not None or stage_name == "cubin":
+        env.append(f"PATH={os.environ.get('PATH', '')}")
+    return [f"emit={stage_name}", f"arch={arch}", f"split={split_input_file}", f"short={short_form}",
+            f"as_fusion={as_fusion}", f"dump={dump is not None}", repr(options), *env]
+
+
+def _from_cache(cache: KernelCache, key: str, output: Path | None, dump_to: Path | None) -> bool:
+    """Print and write a stored result (True), or say there is none (False: a damaged or
+    unreadable entry is a miss)."""
+    data = cache.get(key)
+    if data is None:
+        return False
+    try:
+        stored = unpack(data)
+        record = _Record(stored["outputs"], stored["notes"], stored["files"], stored["modules"])
+    except (ValueError, KeyError, TypeError):
+        return False
+    dump = common.dump_dir(dump_to)
+    if dump is not None:
+        common.prepare_dump_dir(dump)
+        for name, data in record.files.items():
+            path = (dump / name).resolve()
+            if path.parent != dump.resolve():  # never outside the dump directory
+                return False
+            _write_file(path, data)
+    _emit(record, output, dump)
+    return True
+
+
 def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform, input_format, split_input_file,
-          short_form, as_fusion, cache: KernelCache | None = None, quiet: bool = True) -> None:
-    stage_name, arch, chosen = _check_flags(emit, passes, output, options.arch, platform, input_format, dump_to)
+          short_form, as_fusion, cache: KernelCache | None = None, quiet: bool = True, *,
+          source: tuple[str, str] | None = None, result_key: str | None = None, checked: tuple | None = None) -> None:
+    from ..pipeline import run_pipeline
+    stage_name, arch, chosen = checked or _check_flags(emit, passes, output, options.arch, platform, input_format,
+                                                       dump_to)
     dump_to = common.dump_dir(dump_to) if chosen is None else None
     common.prepare_dump_dir(dump_to)
     options = dataclasses.replace(options, arch=arch)
-    modules = common.read_modules(file, split_input_file, as_fusion)
+    if source is None:
+        modules = common.read_modules(file, split_input_file, as_fusion)
+    else:
+        modules = common.modules_of_text(source[0], source[1], split_input_file, as_fusion)
     if chosen is not None:
         from .pass_list import run_chosen
         outputs: list[str | bytes] = [run_chosen(m, chosen, options).to_text("short" if short_form else "long")
                                       for m in modules]
         _write_outputs(outputs, output)
         return
-    outputs = []
+    record = _Record(modules=len(modules))
     dump = DumpDirectory(dump_to) if dump_to is not None else None
-    files = 0
-    notes: dict[str, str] = {}
+    written: dict[str, Path] = {}
     for i, module in enumerate(modules):
         t0 = time.perf_counter()
         result = run_pipeline(module, options, emit=stage_name or ("hlo" if dump is None else None),
                               dump_to=dump, module_index=i, cache=cache)
         if not quiet:
             _timing_line(result, time.perf_counter() - t0)
-        notes.update(result.skipped)
+        record.notes.update(result.skipped)
         if result.writer is not None:
-            files += len(result.writer.written)
+            written.update(result.writer.written)
         shown = stage_name or "hlo"
         if shown == "hlo" and short_form:
-            outputs.append(result.module.to_text("short"))
+            record.outputs.append(result.module.to_text("short"))
         elif stage_name is not None or dump is None:
-            outputs.append(result.artifacts[shown])
-    for skipped, why in notes.items():
+            record.outputs.append(result.artifacts[shown])
+    if dump_to is not None:
+        written.setdefault(SUMMARY, dump_to / SUMMARY)
+        record.files = {name: path.read_bytes() for name, path in written.items() if path.is_file()}
+    _emit(record, output, dump_to)
+    if cache is not None and result_key is not None:
+        cache.put(result_key, pack(dataclasses.asdict(record)))
+
+
+def _emit(record: _Record, output: Path | None, dump_to: Path | None) -> None:
+    for skipped, why in record.notes.items():
         common.note(PROG, f"stage '{skipped}' skipped: {why}")
-    _write_outputs(outputs, output)
-    if dump is not None:
-        click.echo(f"{PROG}: wrote {files} files of {len(modules)} module(s) to {dump_to}", err=True)
+    _write_outputs(record.outputs, output)
+    if dump_to is not None:
+        click.echo(f"{PROG}: wrote {len(record.files) - 1} files of {record.modules} module(s) to {dump_to}",
+                   err=True)
 
 
 TIMING_THRESHOLD_S = 1.0  # compiles shorter than this print no timing line
