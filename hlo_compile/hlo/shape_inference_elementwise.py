@@ -39,6 +39,9 @@ _UNARY_KINDS = {  # opcode -> element kinds it accepts (None: any array type)
     "count-leading-zeros": ("signed", "unsigned"), "reduce-precision": ("float",),
     "round-nearest-afz": ("float",), "round-nearest-even": ("float",),
     "ceil": ("float",), "floor": ("float",),
+    # XLA's shape inference: "Expected element type in shape to be floating for cbrt operation"
+    # (real floats only; the ops taking complex values too are the others of _UNARY_SAME)
+    "cbrt": ("float",), "erf": ("float",),
 }
 
 
@@ -50,7 +53,9 @@ def _unary(opcode: str, shapes: list[Shape], attrs: dict[str, Any]) -> Shape:
         return like(s, real_type_of(s.element_type))
     allowed = _UNARY_KINDS.get(opcode)
     if allowed and kind(s.element_type) not in allowed:
-        raise ShapeInferenceError(f"{opcode} does not accept element type {s.element_type}")
+        raise ShapeInferenceError(f"{opcode} does not accept element type {s.element_type}"
+                                  + (" (XLA defines it on real floats only)" if kind(s.element_type) == "complex"
+                                     else ""))
     return like(s)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..hlo.element_types import bit_width, is_complex, is_float
+from ..hlo.errors import HloUnsupportedError
+from . import complex_math
 from .numerics import (bits_view, compute, convert, dtype_of, int_limits, kind, result,
                        total_order_key)
 from .registry import op
@@ -22,9 +24,23 @@ def _is_int(et: str) -> bool:
 
 # ---- unary float math ------------------------------------------------------------------
 
-def _float_unary(fn):
+def _not_on_complex(inst) -> HloUnsupportedError:
+    where = f" at line {inst.location.line}" if inst.location else ""
+    return HloUnsupportedError(f"{inst.opcode} '{inst.name}'{where} on {_et(inst, 0)} values: XLA implements no "
+                               f"{inst.opcode} of complex numbers", inst.location)
+
+
+def _float_unary(fn, opcode: str):
     def handler(ev, inst, ops):
         et = _et(inst, 0)
+        if is_complex(et):
+            if opcode == "logistic":   # XLA's LogisticExpander: 1 / (1 + exp(-x)), complex ops throughout
+                x = np.asarray(ops[0])
+                one = np.ones_like(x)
+                return result(complex_math.binary("divide", one, one + complex_math.unary("exponential", -x)), et)
+            if opcode not in complex_math.UNARY:
+                raise _not_on_complex(inst)
+            return result(complex_math.unary(opcode, ops[0]), _et(inst))
         return result(fn(compute(ops[0], et)), _et(inst))
     return handler
 
@@ -56,12 +72,14 @@ _FLOAT_UNARY = {
     "atan": np.arctan,
 }
 for _name, _fn in _FLOAT_UNARY.items():
-    op(_name)(_float_unary(_fn))
+    op(_name)(_float_unary(_fn, _name))
 
 
 @op("abs")
 def _abs(ev, inst, ops):
     et = _et(inst, 0)
+    if is_complex(et):
+        return result(complex_math.complex_abs(ops[0]), _et(inst))
     return result(np.abs(compute(ops[0], et)), _et(inst))
 
 
@@ -76,8 +94,7 @@ def _sign(ev, inst, ops):
     et = _et(inst)
     x = compute(ops[0], et)
     if is_complex(et):
-        a = np.abs(x)
-        return result(np.where(a == 0, 0, x / np.where(a == 0, 1, a)), et)
+        return result(complex_math.complex_sign(x), et)
     if is_float(et):
         return result(np.where((x == 0) | np.isnan(x), x, np.sign(x)), et)
     return result(np.sign(x), et)
@@ -137,12 +154,27 @@ def _complex(ev, inst, ops):
 
 # ---- binary arithmetic --------------------------------------------------------------------
 
+_COMPLEX_BINARY = ("add", "subtract", "multiply", "divide", "power", "atan2", "maximum", "minimum")
+
+
+def _complex_binary(inst, a, b) -> np.ndarray:
+    if inst.opcode in ("add", "subtract"):
+        return np.add(a, b) if inst.opcode == "add" else np.subtract(a, b)
+    if inst.opcode in ("maximum", "minimum"):
+        return complex_math.select_max_min(a, b, inst.opcode == "maximum")
+    if inst.opcode not in _COMPLEX_BINARY:
+        raise _not_on_complex(inst)
+    return complex_math.binary(inst.opcode, a, b)
+
+
 def _binary(float_fn, int_fn=None):
     int_fn = int_fn or float_fn
 
     def handler(ev, inst, ops):
         et = _et(inst, 0)
         a, b = compute(ops[0], et), compute(ops[1], et)
+        if is_complex(et):
+            return result(_complex_binary(inst, a, b), _et(inst))
         if et == "pred" or _is_int(et):
             return result(int_fn(a, b, et), _et(inst))
         return result(float_fn(a, b), _et(inst))
@@ -327,6 +359,8 @@ def _compare(ev, inst, ops):
     et = _et(inst, 0)
     fn = _CMP[inst.attr("direction")]
     a, b = np.asarray(ops[0]), np.asarray(ops[1])
+    if is_complex(et):
+        return complex_math.compare(a, b, inst.attr("direction"))
     if is_float(et) and inst.attr("type", None) == "TOTALORDER":
         return fn(total_order_key(a, et), total_order_key(b, et))
     if inst.attr("type", None) == "UNSIGNED" and kind(et) == "signed":
@@ -352,7 +386,15 @@ def _clamp(ev, inst, ops):
 
 @op("convert")
 def _convert(ev, inst, ops):
+    if is_complex(_et(inst, 0)) and not is_complex(_et(inst)):
+        raise HloUnsupportedError(_complex_to_real(inst), inst.location)
     return convert(ops[0], _et(inst, 0), _et(inst))
+
+
+def _complex_to_real(inst) -> str:
+    where = f" at line {inst.location.line}" if inst.location else ""
+    return (f"convert '{inst.name}'{where} from {_et(inst, 0)} to {_et(inst)}: XLA does not convert complex to "
+            "real types (its shape inference: not implemented); use real or imag")
 
 
 @op("bitcast-convert")
