@@ -268,21 +268,22 @@ def test_filecheck_complex_multiply_ir():
         pos = m.end()
 
 
-def test_scatter_add_of_complex_is_refused_by_name():
-    """No atomic update of a (real, imag) pair yet: refused naming the scatter, never run wrong."""
+def test_scatter_c128_multiply_is_refused_by_name():
+    """c128 with a combiner other than add would need a 128-bit CAS: refused naming the scatter (complex
+    add and any c64 combiner run: tests/test_complex_scatter_sort.py)."""
     text = """HloModule s
-add {
-  x = c64[] parameter(0)
-  y = c64[] parameter(1)
-  ROOT s = c64[] add(x, y)
+mul {
+  x = c128[] parameter(0)
+  y = c128[] parameter(1)
+  ROOT s = c128[] multiply(x, y)
 }
 ENTRY main {
-  a = c64[10,4] parameter(0)
+  a = c128[10,4] parameter(0)
   i = s32[6,1] parameter(1)
-  u = c64[6,4] parameter(2)
-  ROOT r = c64[10,4] scatter(a, i, u), update_window_dims={1}, inserted_window_dims={0},
-      scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+  u = c128[6,4] parameter(2)
+  ROOT r = c128[10,4] scatter(a, i, u), update_window_dims={1}, inserted_window_dims={0},
+      scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=mul
 }
 """
-    with pytest.raises(HloError, match=r"scatter '%r'.*complex elements"):
+    with pytest.raises(HloError, match=r"scatter '%r'.*c128 elements.*128-bit compare-and-swap"):
         compile_executable(parse_module(text), "host")

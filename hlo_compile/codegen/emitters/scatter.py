@@ -19,6 +19,10 @@ is not implemented). A thread at update index ``u``:
   32- or 64-bit word holding the element, running the emitted combiner (elements narrower
   than 32 bits are updated inside their enclosing aligned 32-bit word).
 
+Complex elements: an add combiner is two float ``atomicrmw fadd``, one per part (a sum's parts
+are independent, so no update is lost); any other c64 combiner runs in the CAS loop on the
+64-bit word holding the whole (real, imag) pair; c128 would need a 128-bit CAS and is refused.
+
 Float max/min go through the CAS loop because LLVM's ``fmax``/``fmin`` atomics ignore NaNs
 while XLA's maximum/minimum propagate them. The word of a narrow element may extend up to 3
 bytes past the end of the buffer (never past an allocation granule on either platform).
@@ -100,6 +104,8 @@ def rmw_op(scatter: HloInstruction) -> str | None:
         return None
     et = scatter.shape.element_type
     fop, sop, uop = _RMW_OPS[root.opcode]
+    if et in ("c64", "c128"):
+        return "fadd parts" if root.opcode == "add" else None
     if et in ("f32", "f64"):
         return fop
     if et in ("s32", "s64"):
@@ -128,10 +134,10 @@ def plan_scatter_kernel(fusion: HloInstruction, analysis: FusionAnalysis, device
         raise _refuse(scatter, f"variadic scatter ({n} operands) without unique_indices needs a lock per element")
     updates = scatter.operands[n + 1].shape
     unique = bool(scatter.attr("unique_indices", False))
-    if not unique and any(o.shape.element_type in ("c64", "c128") for o in scatter.operands[:n]):
-        raise _refuse(scatter, "combining complex elements needs an atomic update of the whole (real, imag) "
-                      "pair (64/128-bit compare-and-swap of a struct), which is not implemented")
     op = None if unique else rmw_op(scatter)
+    if not unique and op is None and scatter.operands[0].shape.element_type == "c128":
+        raise _refuse(scatter, "combining c128 elements with a combiner other than add needs a 128-bit "
+                      "compare-and-swap of the (real, imag) pair, which is not implemented")
     combine = "store" if unique else (f"atomicrmw {op}" if op else "cas")
     num = max(updates.element_count(), 1)
     config = LoopConfig(1, loop_launch_dims(num, 1, device), updates)
@@ -202,6 +208,8 @@ def emit_scatter_kernel(target: Target, spec: ScatterKernelSpec) -> ir.Module:
                                   source_etype=storage_type(et)))
             if spec.combine == "store":
                 _combine_store(b, target, scatter, shapes, ptrs, values)
+            elif spec.combine == "atomicrmw fadd parts":
+                _combine_complex_add(b, shapes[0].element_type, ptrs[0], values[0])
             elif spec.combine.startswith("atomicrmw"):
                 et = shapes[0].element_type
                 b.atomic_rmw(spec.combine.split()[1], ptrs[0], to_storage(b, values[0], et), "monotonic")
@@ -218,9 +226,37 @@ def _combine_store(b: ir.IRBuilder, target: Target, scatter, shapes, ptrs, value
         b.store(to_storage(b, v, s.element_type), p)
 
 
+def _combine_complex_add(b: ir.IRBuilder, et: str, ptr: ir.Value, value: ir.Value) -> None:
+    """A complex add as two float atomic adds, one per part: the parts of a sum are independent,
+    so each lands whole (the order of the additions varies, as for any float atomic add)."""
+    st = storage_type(et)
+    for k in range(2):
+        part_ptr = b.gep(ptr, [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True, source_etype=st)
+        b.atomic_rmw("fadd", part_ptr, b.extract_value(value, k), "monotonic")
+
+
+def _c64_from_bits(b: ir.IRBuilder, raw: ir.Value) -> ir.Value:
+    """The c64 struct whose storage (real part at the lower address, little-endian) is ``raw``: i64."""
+    f32 = ir.FloatType()
+    re = b.bitcast(b.trunc(raw, I32), f32)
+    im = b.bitcast(b.trunc(b.lshr(raw, ir.Constant(I64, 32)), I32), f32)
+    z = b.insert_value(ir.Constant(storage_type("c64"), None), re, 0)
+    return b.insert_value(z, im, 1)
+
+
+def _c64_to_bits(b: ir.IRBuilder, z: ir.Value) -> ir.Value:
+    lo = b.zext(b.bitcast(b.extract_value(z, 0), I32), I64)
+    hi = b.zext(b.bitcast(b.extract_value(z, 1), I32), I64)
+    return b.or_(lo, b.shl(hi, ir.Constant(I64, 32)))
+
+
 def _combine_cas(b: ir.IRBuilder, target: Target, scatter, shape, ptr: ir.Value, value: ir.Value) -> None:
-    """``*ptr = to_apply(*ptr, value)`` atomically, by compare-and-swap on the enclosing word."""
+    """``*ptr = to_apply(*ptr, value)`` atomically, by compare-and-swap on the enclosing word
+    (a c64 element is one 64-bit word: its (real, imag) pair is swapped whole)."""
     et = shape.element_type
+    if et == "c64":
+        _combine_cas_c64(b, target, scatter, ptr, value)
+        return
     st = storage_type(et)
     bits = st.width if isinstance(st, ir.IntType) else {"half": 16, "bfloat": 16, "float": 32, "double": 64}[str(st)]
     elem_int = ir.IntType(bits)
@@ -252,6 +288,24 @@ def _combine_cas(b: ir.IRBuilder, target: Target, scatter, shape, ptr: ir.Value,
         mask = b.shl(ir.Constant(I32, (1 << bits) - 1), shift)
         new_word = b.or_(b.and_(cur, b.not_(mask)), b.shl(b.zext(new_raw, I32), shift))
     pair = b.cmpxchg(word_ptr, cur, new_word, "monotonic", "monotonic")
+    seen, ok = b.extract_value(pair, 0), b.extract_value(pair, 1)
+    cur.add_incoming(seen, b.block)
+    b.cbranch(ok, done, loop)
+    b.position_at_end(done)
+
+
+def _combine_cas_c64(b: ir.IRBuilder, target: Target, scatter, ptr: ir.Value, value: ir.Value) -> None:
+    word_ptr = ptr   # opaque pointers: the 64-bit word is the element itself
+    start = b.load_atomic(word_ptr, "monotonic", 8, typ=I64)
+    pre = b.block
+    loop = b.append_basic_block("cas.loop")
+    done = b.append_basic_block("cas.done")
+    b.branch(loop)
+    b.position_at_end(loop)
+    cur = b.phi(I64, name="cas.cur")
+    cur.add_incoming(start, pre)
+    new, = emit_call_computation(b, target, scatter.to_apply, [_c64_from_bits(b, cur), value])
+    pair = b.cmpxchg(word_ptr, cur, _c64_to_bits(b, new), "monotonic", "monotonic")
     seen, ok = b.extract_value(pair, 0), b.extract_value(pair, 1)
     cur.add_incoming(seen, b.block)
     b.cbranch(ok, done, loop)
