@@ -23,7 +23,7 @@ from .dump import (BEFORE_OPTIMIZATIONS, DumpDirectory, DumpWriter, as_dump_dire
 from .hlo.errors import HloError, HloUnsupportedError
 from .kernel_cache import KernelCache, cache_key, tool_versions
 from .options import CompileOptions
-from .stages import SOURCE, STAGES, Stage, StageOutput, StageUnavailable, split_ptx
+from .stages import SOURCE, STAGES, LazyText, Stage, StageEnv, StageOutput, StageUnavailable, split_ptx, text_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from .codegen.compiler import ModulePlan
@@ -55,6 +55,27 @@ def stage(name: str) -> Stage:
                               f"hlo-opt's names: {', '.join(sorted(STAGE_ALIASES))})")
 
 
+class Artifacts(dict):
+    """stage → printable form; a form made only when read (``stages.LazyText``) is made on
+    first access, through any of the dict's ways in."""
+
+    def __getitem__(self, key):
+        value = super().__getitem__(key)
+        if isinstance(value, LazyText):
+            value = value()
+            super().__setitem__(key, value)
+        return value
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def values(self):
+        return [self[k] for k in self]
+
+    def items(self):
+        return [(k, self[k]) for k in self]
+
+
 @dataclass
 class PipelineResult:
     """Everything one run of the stages produced, and how long each took."""
@@ -62,7 +83,7 @@ class PipelineResult:
     source: HloModule
     options: CompileOptions
     values: dict[str, Any] = field(default_factory=dict)            # stage → its artifact
-    artifacts: dict[str, str | bytes] = field(default_factory=dict)  # stage → printable form
+    artifacts: dict[str, str | bytes] = field(default_factory=Artifacts)  # stage → printable form
     skipped: dict[str, str] = field(default_factory=dict)           # stage → why it could not run
     dump_errors: dict[str, str] = field(default_factory=dict)       # dump-only stage → its error
     module_seconds: dict[str, float] = field(default_factory=dict)  # stage (and its parts) → seconds
@@ -98,7 +119,8 @@ def _closure(wanted: Sequence[Stage], candidates: Sequence[Stage]) -> list[Stage
 
 def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None = None,
                  dump_to: Path | DumpDirectory | None = None, module_index: int = 0,
-                 then: Sequence[Stage] = (), cache: KernelCache | None = None) -> PipelineResult:
+                 then: Sequence[Stage] = (), cache: KernelCache | None = None, jobs: int = 1,
+                 progress=None) -> PipelineResult:
     """Run the stages in order, each once.
 
     ``emit``: the stage whose artifact is wanted (an error if it cannot run here). ``then``:
@@ -108,8 +130,12 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
     With ``dump_to``, every stage runs and each is written as it completes, as module number
     ``module_index`` of the dump; ``summary.json`` once the dumped stages are done. With
     ``cache``, a stage that says how (``Stage.cache``) is read from it when its inputs, the
-    options and the tool versions are the same, and written to it otherwise."""
+    options and the tool versions are the same, and written to it otherwise; stages that work
+    per kernel (``Stage.uses_env``) keep an entry per kernel there, use ``jobs`` processes and
+    call ``progress(stage, done, total)`` as kernels are done (and ``progress(stage, 0, 0)``
+    as each stage begins)."""
     result = PipelineResult(module, options)
+    env = StageEnv(cache, jobs, progress)
     wanted = stage(emit) if emit else None
     all_stages = [*STAGES, *then]
     goals = _closure(list(then) or ([wanted] if wanted else STAGES), all_stages)
@@ -139,8 +165,12 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
                 result.skipped[s.name] = details[s.name] = f"stage '{missing}' failed"
                 continue
             t0 = time.perf_counter()
+            if progress is not None:
+                progress(s.name, 0, 0)  # a stage begins
             try:
-                out = _run_stage(s, options, [values[n] for n in s.needs], cache, result)
+                out = _run_stage(s, options, [values[n] for n in s.needs], cache, result, env)
+                if isinstance(out.text, LazyText) and (result.writer is not None or s is wanted):
+                    out.text()  # printed or dumped: made here, where its failure is this stage's
             except StageUnavailable as e:
                 cannot_run(s, str(e), e.detail)
                 continue
@@ -160,8 +190,13 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
 
 
 def _run_stage(s: Stage, options: CompileOptions, inputs: list, cache: KernelCache | None,
-               result: PipelineResult) -> StageOutput:
+               result: PipelineResult, env: StageEnv) -> StageOutput:
     """``s`` on ``inputs``, or its output from ``cache`` (a damaged entry is a miss, rewritten)."""
+    if s.uses_env:
+        out = s.run(options, *inputs, env=env)
+        if getattr(out.value, "from_cache", 0) and out.value.from_cache == len(getattr(out.value, "optimized", ())):
+            result.cache_hits.append(s.name)  # every kernel from the cache
+        return out
     if cache is None or s.cache is None:
         return s.run(options, *inputs)
     key = cache_key(s.name, repr(options), tool_versions(), s.cache.key_text(options, *inputs))
@@ -190,7 +225,7 @@ def _record(result: PipelineResult, s: Stage, out: StageOutput, seconds: float) 
 def _write_stage(writer: DumpWriter, s: Stage, out: StageOutput) -> None:
     if out.text is None:
         return
-    writer.write(s.dump_suffix, out.text)
+    writer.write(s.dump_suffix, text_of(out.text))
     for kernel, text in out.per_kernel.items():
         writer.write(s.dump_suffix, text, kernel=kernel)
 

@@ -24,7 +24,6 @@ from .options import CompileOptions
 if TYPE_CHECKING:  # pragma: no cover
     from .codegen.compiler import ModulePlan
     from .hlo import HloModule
-    from .targets.nvptx import PtxResult
 
 # The stages import the code generator, LLVM and the runtime checks when they run, not when
 # this table is imported: listing or naming stages (and a warm ``hlo-compile``) stays cheap.
@@ -44,6 +43,7 @@ def run_ptxas(*args, **kwargs):
     from .targets.nvptx.ptxas import run_ptxas as run
     return run(*args, **kwargs)
 
+
 SOURCE = "source"  # the name under which stages read the input module
 
 
@@ -56,10 +56,43 @@ class StageUnavailable(Exception):
         self.detail = detail or why
 
 
+class LazyText:
+    """A stage's printable form made only if it is printed or dumped (the linked modules of
+    hundreds of kernels cost seconds that ``--emit=ptx`` does not need)."""
+
+    def __init__(self, make: Callable[[], str]):
+        self._make: Callable[[], str] | None = make
+        self._text: str | None = None
+
+    def __call__(self) -> str:
+        if self._make is not None:
+            self._text, self._make = self._make(), None
+        return self._text
+
+
+def text_of(text: str | bytes | LazyText | None) -> str | bytes | None:
+    return text() if isinstance(text, LazyText) else text
+
+
+@dataclass
+class StageEnv:
+    """What the driver lends a stage that asks for it (``Stage.uses_env``): none of it
+    changes the stage's output. ``cache``: the persistent cache, for entries per kernel;
+    ``jobs``: processes for per-kernel work; ``progress(stage, done, total)``."""
+
+    cache: Any = None
+    jobs: int = 1
+    progress: Callable[[str, int, int], None] | None = None
+
+    def report(self, stage: str, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(stage, done, total)
+
+
 @dataclass
 class StageOutput:
     value: Any                                # the artifact later stages read
-    text: str | bytes | None = None           # what --emit prints and --dump-to writes
+    text: str | bytes | LazyText | None = None  # what --emit prints and --dump-to writes
     per_kernel: dict[str, str | bytes] = field(default_factory=dict)  # kernel name → its part
     seconds: dict[str, float] = field(default_factory=dict)         # parts of the stage
     kernel_seconds: dict[str, float] = field(default_factory=dict)  # kernel name → its time
@@ -88,14 +121,33 @@ class Stage:
     xla_names: tuple[str, ...] = ()           # hlo-opt's --stage spellings of this stage
     description: str = ""
     cache: StageCache | None = None           # kept in the persistent cache by the driver
+    uses_env: bool = False                    # ``run`` takes ``env=StageEnv`` (cache, jobs, progress)
 
 
 @dataclass(frozen=True)
 class LinkedKernels:
-    """The ``llvm`` stage's artifact: each kernel's module as emitted, and all of them linked."""
+    """The ``llvm`` stage's artifact: each kernel's module as emitted, the key of its entry
+    in the persistent cache and, for a kernel found there, its optimised IR and PTX."""
 
     kernel_ir: dict[str, str]
-    linked: str
+    keys: dict[str, str] = field(default_factory=dict)
+    cached: dict[str, Any] = field(default_factory=dict)  # kernel → PtxResult
+
+
+@dataclass(frozen=True)
+class OptimizedKernels:
+    """The ``llvm-opt`` stage's artifact: the module's PTX (one header, each kernel's
+    ``.entry``), each kernel's optimised IR, and how many came from the cache."""
+
+    ptx: str
+    optimized: dict[str, str]
+    text: LazyText
+    from_cache: int = 0
+
+    @property
+    def llvm_opt(self) -> str:
+        """The optimised kernel modules linked into one."""
+        return self.text()
 
 
 def _hlo(options: CompileOptions, source: HloModule) -> StageOutput:
@@ -130,50 +182,114 @@ def _indexing_json(options: CompileOptions, source: HloModule) -> StageOutput:
     return StageOutput(report, json.dumps(report, indent=1) + "\n")
 
 
-def _llvm(options: CompileOptions, plan: ModulePlan) -> StageOutput:
-    from .targets.linking import link_kernel_modules
-    from .targets.nvptx import NvptxTarget
-    target = NvptxTarget(options.arch, dot_tensor_cores=options.dot_tensor_cores)
-    kernel_ir, seconds, modules = {}, {}, []
-    for k in plan.unique_kernels:  # a kernel several fusions launch is emitted once
-        t0 = time.perf_counter()
-        m = k.emit(target)
-        kernel_ir[k.kernel_name] = str(m)
-        seconds[k.kernel_name] = time.perf_counter() - t0
-        modules.append(m)
-    linked = link_kernel_modules(target, plan.module.name, modules)
-    return StageOutput(LinkedKernels(kernel_ir, linked), linked, dict(kernel_ir), kernel_seconds=seconds)
+KERNEL_ENTRY = "kernel-2"  # the layout of a kernel's cache entry (IR, optimised IR, PTX)
 
 
-def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels) -> StageOutput:
-    from .targets.nvptx import toolkit
-    names = [k.kernel_name for k in plan.unique_kernels]
+def _kernel_keys(options: CompileOptions, plan: ModulePlan) -> dict[str, str]:
+    """The cache key of each kernel to emit: what its IR depends on (``kernel_reuse_key``:
+    the fused computation's structure, shapes, attributes, emitter, launch and aliasing),
+    its name and its instructions' names (they name the IR's values and helpers), the
+    options and the tool versions."""
+    from .codegen.compiler import kernel_reuse_key
+    from .kernel_cache import cache_key, tool_versions
+    versions, memo = tool_versions(), {}
+    keys = {}
+    for k in plan.unique_kernels:
+        keys[k.kernel_name] = cache_key(KERNEL_ENTRY, versions, repr(options), k.kernel_name,
+                                        repr(kernel_reuse_key(k, memo)), _names_text(k.fusion))
+    return keys
+
+
+def _names_text(fusion) -> str:
+    out, todo, seen = [], [fusion.fused_computation], set()
+    while todo:
+        comp = todo.pop()
+        if id(comp) in seen:
+            continue
+        seen.add(id(comp))
+        out.append(comp.name + ":" + ",".join(i.name for i in comp.instructions))
+        for inst in comp.instructions:
+            for a in inst.attributes.values():
+                v = a.value
+                called = [v] if hasattr(v, "instructions") else \
+                    [c for c in v if hasattr(c, "instructions")] if isinstance(v, (list, tuple)) else []
+                todo.extend(called)
+    return "\n".join(out)
+
+
+def _cached_kernel(cache, key: str):
+    """(IR, PtxResult) of a kernel's cache entry, or None."""
+    from .kernel_cache import unpack
+    from .targets.nvptx.ptx import PtxResult
+    data = cache.get(key) if cache is not None else None
+    if data is None:
+        return None
     try:
-        result = compile_to_ptx(llvm.linked, options.arch, names, opt_level=options.opt_level)
+        d = unpack(data)
+        ir_text, llvm_opt, ptx = d["ir"], d["llvm_opt"], d["ptx"]
+        if not all(isinstance(x, str) for x in (ir_text, llvm_opt, ptx)):
+            return None
+    except (ValueError, KeyError, TypeError):
+        return None
+    return ir_text, PtxResult(llvm_opt=llvm_opt, ptx=ptx)
+
+
+def _llvm(options: CompileOptions, plan: ModulePlan, *, env: StageEnv | None = None) -> StageOutput:
+    from .targets.nvptx import NvptxTarget
+    env = env or StageEnv()
+    target = NvptxTarget(options.arch, dot_tensor_cores=options.dot_tensor_cores)
+    keys = _kernel_keys(options, plan) if env.cache is not None else {}
+    kernel_ir, seconds, cached = {}, {}, {}
+    unique = plan.unique_kernels
+    for n, k in enumerate(unique):  # a kernel several fusions launch is emitted once
+        hit = _cached_kernel(env.cache, keys[k.kernel_name]) if keys else None
+        if hit is not None:
+            kernel_ir[k.kernel_name], cached[k.kernel_name] = hit
+        else:
+            t0 = time.perf_counter()
+            kernel_ir[k.kernel_name] = str(k.emit(target))
+            seconds[k.kernel_name] = time.perf_counter() - t0
+        env.report("llvm", n + 1, len(unique))
+
+    def linked() -> str:
+        from .targets.linking import link_kernel_modules
+        return link_kernel_modules(target, plan.module.name, [kernel_ir[k.kernel_name] for k in unique])
+    return StageOutput(LinkedKernels(kernel_ir, keys, cached), LazyText(linked), dict(kernel_ir),
+                       kernel_seconds=seconds)
+
+
+def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels, *,
+              env: StageEnv | None = None) -> StageOutput:
+    """Each kernel optimised and turned into PTX on its own (``targets/nvptx/kernels.py``:
+    in ``env.jobs`` processes when there are many), the kernels the cache holds skipped;
+    the stage's value is the module's PTX (one header, every kernel's ``.entry``) and, when
+    printed, the optimised modules linked into one."""
+    from .kernel_cache import pack
+    from .targets.nvptx import toolkit
+    from .targets.nvptx.kernels import compile_kernels, link_optimized, merge_ptx
+    env = env or StageEnv()
+    names = [k.kernel_name for k in plan.unique_kernels]
+    todo = [n for n in names if n not in llvm.cached]
+    t0 = time.perf_counter()
+    try:
+        fresh = compile_kernels([(n, llvm.kernel_ir[n]) for n in todo], options.arch, options.opt_level,
+                                jobs=env.jobs, progress=lambda done, total: env.report("llvm-opt", done, total),
+                                compile_one=compile_to_ptx)
     except toolkit.ToolkitNotFound as e:  # libdevice missing: this stage and those after it cannot run here
         raise StageUnavailable(toolkit.LIBDEVICE_MISSING, e.message) from None
-    return StageOutput(result, result.llvm_opt, seconds=result.seconds)
+    results = {**llvm.cached, **dict(zip(todo, fresh))}
+    if env.cache is not None and llvm.keys:
+        for n, r in zip(todo, fresh):
+            env.cache.put(llvm.keys[n], pack({"ir": llvm.kernel_ir[n], "llvm_opt": r.llvm_opt, "ptx": r.ptx}))
+    seconds = {part: sum(r.seconds.get(part, 0.0) for r in fresh) for part in ("parse", "link", "opt", "emit")}
+    seconds["compile"] = time.perf_counter() - t0
+    ptx = merge_ptx([results[n].ptx for n in names], names)
+    text = LazyText(lambda: link_optimized([results[n].llvm_opt for n in names], plan.module.name))
+    value = OptimizedKernels(ptx, {n: results[n].llvm_opt for n in names}, text, len(names) - len(todo))
+    return StageOutput(value, text, seconds=seconds)
 
 
-def _llvm_opt_key(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels) -> str:
-    return "\n".join(k.kernel_name for k in plan.unique_kernels) + "\n" + llvm.linked
-
-
-def _llvm_opt_dump(out: StageOutput) -> bytes:
-    r: PtxResult = out.value
-    return json.dumps({"llvm_opt": r.llvm_opt, "ptx": r.ptx}).encode()
-
-
-def _llvm_opt_load(data: bytes) -> StageOutput:
-    from .targets.nvptx import PtxResult
-    d = json.loads(data)
-    if not isinstance(d.get("llvm_opt"), str) or not isinstance(d.get("ptx"), str):
-        raise ValueError("not an llvm-opt entry")
-    result = PtxResult(llvm_opt=d["llvm_opt"], ptx=d["ptx"])
-    return StageOutput(result, result.llvm_opt)
-
-
-def _ptx(options: CompileOptions, plan: ModulePlan, optimized: PtxResult) -> StageOutput:
+def _ptx(options: CompileOptions, plan: ModulePlan, optimized: OptimizedKernels) -> StageOutput:
     ptx = optimized.ptx
     return StageOutput(ptx, ptx, split_ptx(ptx, [k.kernel_name for k in plan.unique_kernels]))
 
@@ -233,10 +349,10 @@ STAGES: list[Stage] = [
     Stage("indexing-json", (SOURCE,), _indexing_json, "json", dump_suffix="indexing.json",
           description="the same maps as JSON"),
     Stage("llvm", ("fusions",), _llvm, "ll", dump_suffix="ir-no-opt.ll", xla_names=("llvm-before-optimizations",),
-          description="LLVM IR as emitted (per kernel too)"),
+          description="LLVM IR as emitted (per kernel too)", uses_env=True),
     Stage("llvm-opt", ("fusions", "llvm"), _llvm_opt, "ll", dump_suffix="ir-with-opt.ll",
           xla_names=("llvm-after-optimizations",), description="LLVM IR after O3, libdevice linked",
-          cache=StageCache(_llvm_opt_key, _llvm_opt_dump, _llvm_opt_load)),
+          uses_env=True),
     Stage("ptx", ("fusions", "llvm-opt"), _ptx, "ptx", dump_suffix="ptx",
           description="PTX from LLVM's NVPTX back end (per kernel too)"),
     Stage("cubin", ("fusions", "ptx"), _cubin, "cubin", binary=True, dump_suffix="cubin",

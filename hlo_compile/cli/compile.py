@@ -104,12 +104,15 @@ def _list_passes(ctx: click.Context, _param, value: bool) -> None:
                    "$XDG_CACHE_HOME/hlo-compile, else ~/.cache/hlo-compile).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the compile cache.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or timing lines on stderr.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Processes optimising kernels and making their PTX (default: the CPUs this process may use; "
+                   "1: all in this process). The output is the same bytes whatever N.")
 @common.library_call_options
 @common.version_option(PROG)
 def main(file: str, dump_to: Path | None, emit: str | None, passes: str | None, output: Path | None, arch: str,
          platform: str, input_format: str, tensor_cores: bool, fusion: bool, split_input_file: bool,
-         short_form: bool, as_fusion: bool, cache_dir: Path | None, no_cache: bool, quiet: bool, gemm: str,
-         conv: str) -> None:
+         short_form: bool, as_fusion: bool, cache_dir: Path | None, no_cache: bool, quiet: bool, jobs: int | None,
+         gemm: str, conv: str) -> None:
     """Compile the XLA HLO text module in FILE (- reads standard input) for an NVIDIA GPU."""
     try:
         options = CompileOptions(arch=arch, dot_tensor_cores=tensor_cores, fusion=fusion, gemm=gemm, conv=conv)
@@ -123,7 +126,7 @@ def main(file: str, dump_to: Path | None, emit: str | None, passes: str | None, 
             if _from_cache(cache, key, output, dump_to):
                 return
         _main(file, dump_to, emit, passes, output, options, platform, input_format, split_input_file, short_form,
-              as_fusion, cache, quiet, source=source, result_key=key, checked=checked)
+              as_fusion, cache, quiet, source=source, result_key=key, checked=checked, jobs=jobs or default_jobs())
     except UserError as e:
         click.echo(f"{PROG}: error: {e}", err=True)
         sys.exit(e.code)
@@ -222,7 +225,8 @@ def _from_cache(cache: KernelCache, key: str, output: Path | None, dump_to: Path
 
 def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform, input_format, split_input_file,
           short_form, as_fusion, cache: KernelCache | None = None, quiet: bool = True, *,
-          source: tuple[str, str] | None = None, result_key: str | None = None, checked: tuple | None = None) -> None:
+          source: tuple[str, str] | None = None, result_key: str | None = None, checked: tuple | None = None,
+          jobs: int = 1) -> None:
     from ..pipeline import run_pipeline
     stage_name, arch, chosen = checked or _check_flags(emit, passes, output, options.arch, platform, input_format,
                                                        dump_to)
@@ -244,8 +248,13 @@ def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform
     written: dict[str, Path] = {}
     for i, module in enumerate(modules):
         t0 = time.perf_counter()
-        result = run_pipeline(module, options, emit=stage_name or ("hlo" if dump is None else None),
-                              dump_to=dump, module_index=i, cache=cache)
+        live = None if quiet else Progress(module.name, t0)
+        try:
+            result = run_pipeline(module, options, emit=stage_name or ("hlo" if dump is None else None),
+                                  dump_to=dump, module_index=i, cache=cache, jobs=jobs, progress=live)
+        finally:
+            if live is not None:
+                live.clear()
         if not quiet:
             _timing_line(result, time.perf_counter() - t0)
         record.notes.update(result.skipped)
@@ -273,7 +282,53 @@ def _emit(record: _Record, output: Path | None, dump_to: Path | None) -> None:
                    err=True)
 
 
-TIMING_THRESHOLD_S = 1.0  # compiles shorter than this print no timing line
+TIMING_THRESHOLD_S = 1.0  # compiles shorter than this print no timing line (nor progress)
+
+
+def default_jobs() -> int:
+    """The CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def stderr_is_tty() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class Progress:
+    """The live line on stderr (a terminal only; nothing otherwise): the stage, kernels done
+    of total and the time so far, from one second into a compile, redrawn at most ten
+    times a second; ``clear`` removes it before the timing line."""
+
+    INTERVAL_S = 0.1
+
+    def __init__(self, module: str, start: float):
+        self.module, self.start = module, start
+        self.enabled = stderr_is_tty()
+        self.shown = False
+        self.last = 0.0
+        self.stage = ""
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if now - self.start < TIMING_THRESHOLD_S or (now - self.last < self.INTERVAL_S and done < total):
+            return
+        self.last = now
+        kernels = f" {done}/{total} kernels" if total else ""
+        click.echo(f"\r\033[K{PROG}: {self.module}: {stage}{kernels}, {now - self.start:.1f}s", err=True, nl=False)
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            click.echo("\r\033[K", err=True, nl=False)
+            self.shown = False
 
 
 def _timing_line(result, seconds: float) -> None:
