@@ -220,3 +220,13 @@ def test_a_copied_plan_that_cannot_share_its_kernel_is_planned_afresh():
     _plan_afresh(copy, shared.device)
     assert copy.planned_from is None and copy.spec.name == copy.kernel_name
     share_identical_kernels(shared.kernels)  # the key is the plan's, whoever made it
+
+
+def test_a_reused_kernels_cost_is_its_owners_under_its_own_names():
+    from hlo_compile.codegen.perf_model import estimate_kernel, estimate_module
+    shared, _ = _plans(_layers(3))
+    cost = estimate_module(shared)
+    assert len(cost.kernels) == len(shared.kernels)
+    for k, est in zip(shared.kernels, cost.kernels):
+        alone = estimate_kernel(k, shared.device)  # computed for this fusion, not copied
+        assert est == alone and est.coalescing == alone.coalescing, k.fusion.name

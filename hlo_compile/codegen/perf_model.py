@@ -30,7 +30,8 @@ operand re-reads counted once per element read by the staging maps. Not calibrat
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..hlo import HloInstruction
@@ -304,7 +305,15 @@ class ModuleEstimate:
     not_estimated: tuple[tuple[str, str], ...] = ()   # (kernel, why) the model could not take
 
     def for_kernel(self, name: str) -> KernelEstimate | None:
-        return next((k for k in self.kernels if k.kernel == name), None)
+        """The first estimate of kernel ``name`` (by a table: a module has thousands)."""
+        return self._by_kernel.get(name)
+
+    @cached_property
+    def _by_kernel(self) -> dict[str, KernelEstimate]:
+        table: dict[str, KernelEstimate] = {}
+        for k in self.kernels:
+            table.setdefault(k.kernel, k)
+        return table
 
     @property
     def estimated_us(self) -> float:
@@ -344,14 +353,37 @@ def estimate_module(plan: "ModulePlan", device: DeviceInfo | None = None, resour
     device = device or plan.device
     resources = resources or {}
     out, skipped = [], []
+    owners: dict[str, KernelEstimate] = {}  # kernel → the estimate of the fusion that owns it
     for k in plan.kernels:
+        owner = owners.get(k.kernel_name) if k.reuses is not None else None
+        if owner is not None:  # the same kernel, launch and buffers: the same figures, its own names
+            out.append(_renamed(owner, k))
+            continue
         res = resources.get(k.kernel_name)
         try:
-            out.append(estimate_kernel(k, device, res.registers if res else None,
-                                       res.shared_bytes if res else None, tensor_cores))
+            est = estimate_kernel(k, device, res.registers if res else None,
+                                  res.shared_bytes if res else None, tensor_cores)
         except (ArithmeticError, ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
             skipped.append((k.kernel_name, f"{type(e).__name__}: {e}"))
+            continue
+        out.append(est)
+        if k.reuses is None:
+            owners[k.kernel_name] = est
     return ModuleEstimate(device.name, tuple(out), tuple(skipped))
+
+
+def _renamed(est: KernelEstimate, k: "KernelPlan") -> KernelEstimate:
+    """The estimate of the kernel ``k`` reuses, for ``k``'s fusion: its buffers' names (the
+    fusion's operands, parameters and roots, as ``coalescing.analyze_spec`` names them)."""
+    from .kernel import output_leaves
+    fusion = k.fusion
+    params = fusion.fused_computation.parameters
+    aliased = set(k.spec.in_place.values())
+    reads = tuple(replace(r, name=params[r.index].name if r.index in aliased or r.index >= len(fusion.operands)
+                          else fusion.operands[r.index].name) for r in est.coalescing.reads)
+    leaves = output_leaves(fusion)
+    writes = tuple(replace(w, name=leaves[w.index][0].name) for w in est.coalescing.writes)
+    return replace(est, fusion=fusion.name, coalescing=KernelCoalescing(reads, writes))
 
 
 __all__ = ["BufferAccess", "KernelEstimate", "ModuleEstimate", "Occupancy", "cost_device", "count_flops",
