@@ -153,7 +153,7 @@ class OptimizedKernels:
 def _hlo(options: CompileOptions, source: HloModule) -> StageOutput:
     from .codegen.compiler import prepare_module
     module = prepare_module(source, options)
-    return StageOutput(module, module.to_text("long"))
+    return StageOutput(module, LazyText(lambda: module.to_text("long")))
 
 
 def _fusions(options: CompileOptions, module: HloModule) -> StageOutput:
@@ -166,8 +166,11 @@ def _fusions(options: CompileOptions, module: HloModule) -> StageOutput:
     plan = plan_prepared_module(module, options, reserved_kernel_symbols())
     check_runnable(plan.computations or [plan.module.entry], options.generated_call_families())
     check_launch_limits(plan)  # block, grid, static shared memory: before any code is made
-    cost = estimate_module(plan, cost_device(options.device, plan.device), tensor_cores=options.dot_tensor_cores)
-    return StageOutput(plan, fusion_report_text(plan, cost))
+
+    def report() -> str:  # the cost model and the report: only when printed or dumped
+        cost = estimate_module(plan, cost_device(options.device, plan.device), tensor_cores=options.dot_tensor_cores)
+        return fusion_report_text(plan, cost)
+    return StageOutput(plan, LazyText(report))
 
 
 def _indexing(options: CompileOptions, source: HloModule) -> StageOutput:
