@@ -8,6 +8,8 @@
   "sm_90")``) for ``examples/*.hlo`` and a generated module of 1,000 fusions;
 - interpreter: the interpreter on each JAX corpus case (``bench/interpreter.py``), beside XLA:CPU
   on the same module and inputs when jax is importable;
+- model scale: ``hlo-compile --emit=ptx`` cold and warm, with peak RSS, on Llama 3.1 8B,
+  ResNet-50 and gelu (``bench/model_scale.py``; gelu only with ``--quick``);
 - host: the host target on the GPU suite's modules scaled down (``catalog.scaled_text``), checked
   against the interpreter first, timed with all kernels bound once (``bench/emitters.py``'s
   ``bind``), beside a host memcpy of the same bytes.
@@ -35,6 +37,7 @@ from . import interpreter as interp_bench
 from . import parse as parse_bench
 from .cost_model import cost_section
 from .emitters import bind
+from .model_scale import model_scale_section
 from .scaling import scaling_section
 
 REPO = Path(__file__).resolve().parents[1]
@@ -208,7 +211,8 @@ def run_cpu_suite(ns) -> dict:
     for name, fn in (("parse", lambda: parse_section(ns, corpus)), ("compile", lambda: compile_section(ns)),
                      ("pass scaling", lambda: scaling_section(ns)),
                      ("interpreter", lambda: interpreter_section(ns, corpus)), ("host", lambda: host_section(ns)),
-                     ("cost model", lambda: cost_section(ns))):
+                     ("cost model", lambda: cost_section(ns)),
+                     ("model scale", lambda: model_scale_section(ns, corpus))):
         t0 = time.perf_counter()
         try:
             sections[name] = fn()

@@ -1,0 +1,111 @@
+"""Compiling at model scale (issue 17): ``hlo-compile --emit=ptx`` as a user runs it, cold (an
+empty cache directory) and warm (the same command again), with the process's peak RSS.
+
+- Llama 3.1 8B (``xla/tools/benchmarks/hlo/hlo_llama31_8b_bf16_1x8.hlo``, 6,804 fusions): its
+  64 TransformerEngine attention custom-calls (``te_fused_attn_*_ffi``) are refused by name, as
+  they must be; the benchmark compiles a copy in a temporary directory where each is a tuple of
+  its same-shaped operands (else zeros) so that every other kernel is planned and compiled;
+- ResNet-50 (``xla/backends/cpu/benchmarks/hlo/resnet50_keras_jax_f32.hlo``);
+- gelu (``examples/gelu.hlo``): one CLI call, cold and warm (the start-up bar: ≤ 0.4 s).
+
+Bars (2-core machine): Llama ≤ 60 s cold, ≤ 3 s warm, ≤ 1.5 GB; ResNet-50 ≤ 5 s cold, ≤ 1 s
+warm; gelu ≤ 0.4 s. ``--quick`` runs gelu only.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LLAMA = "xla/repo/xla/tools/benchmarks/hlo/hlo_llama31_8b_bf16_1x8.hlo"
+RESNET = "xla/repo/xla/backends/cpu/benchmarks/hlo/resnet50_keras_jax_f32.hlo"
+GELU = REPO / "examples" / "gelu.hlo"
+
+_DEF = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*(\S+?)(?:\{[^}]*\})?\s")
+_TE_CALL = re.compile(r"^(\s*(?:ROOT\s+)?)%([\w.\-]+)\s*=\s*\((.*?)\)\s+custom-call\((.*?)\),\s*"
+                      r"custom_call_target=\"te_fused_attn_")
+_ARRAY = re.compile(r"\w+\[[\d,]*\](?:\{[\d,]*\})?")
+
+
+def without_te_attention(text: str) -> tuple[str, int]:
+    """``text`` with each ``te_fused_attn_*`` custom-call replaced by a tuple of its operands
+    of the same shapes (zeros where none has it), and how many were replaced."""
+    lines = text.split("\n")
+    shape_of = {}
+    for line in lines:
+        m = _DEF.match(line)
+        if m:
+            shape_of[m.group(1)] = m.group(2)
+    out, replaced = [], 0
+    for line in lines:
+        m = _TE_CALL.match(line)
+        if m is None:
+            out.append(line)
+            continue
+        replaced += 1
+        indent, name, tuple_text, operands = m.groups()
+        ops = [o.strip().lstrip("%") for o in re.sub(r"/\*index=\d+\*/", "", operands).split(",")]
+        used, parts = set(), []
+        for k, elem in enumerate(_ARRAY.findall(tuple_text)):
+            dims = elem.split("{")[0]
+            pick = next((o for o in ops if o not in used and shape_of.get(o) == dims), None)
+            if pick is not None:
+                used.add(pick)
+                parts.append("%" + pick)
+                continue
+            out.append(f"  %{name}.zero{k} = {dims.split('[')[0]}[] constant(0)")
+            out.append(f"  %{name}.fill{k} = {elem} broadcast(%{name}.zero{k}), dimensions={{}}")
+            parts.append(f"%{name}.fill{k}")
+        out.append(f"{indent}%{name} = ({tuple_text}) tuple({', '.join(parts)})")
+    return "\n".join(out), replaced
+
+
+def run_cli(args: list[str], env: dict | None = None) -> tuple[float, float, int, str]:
+    """(wall seconds, peak RSS in MB, exit status, stderr's last line) of ``hlo-compile args``."""
+    cmd = [sys.executable, "-m", "hlo_compile.cli.compile", *args]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=REPO)
+    err = proc.stderr.read().decode(errors="replace")
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    return wall, usage.ru_maxrss / 1024, proc.returncode, lines[-1] if lines else ""
+
+
+def cold_warm(name: str, path: Path, cache: Path, extra: list[str] = ()) -> list[dict]:
+    rows = []
+    for phase in ("cold", "warm"):
+        wall, rss, code, last = run_cli([str(path), "--emit=ptx", "--cache-dir", str(cache), "-o", os.devnull,
+                                         *extra])
+        rows.append({"name": f"{name} {phase}", "value": wall if code == 0 else None, "unit": "s",
+                     "extra": {"rss_mb": round(rss), "exit": code, "stderr": last[:300]}})
+    return rows
+
+
+def model_scale_section(ns, corpus: Path | None) -> dict:
+    rows, notes = [], []
+    with tempfile.TemporaryDirectory(prefix="hlo-bench-") as tmp:
+        tmp = Path(tmp)
+        rows += cold_warm("gelu CLI", GELU, tmp / "cache-gelu")
+        if not ns.quick:
+            if corpus is None or not (corpus / LLAMA).is_file():
+                notes.append("Llama 8B and ResNet-50: no corpus (../shared/corpus or $HLO_CORPUS)")
+            else:
+                resnet = corpus / RESNET
+                if resnet.is_file():
+                    rows += cold_warm("ResNet-50", resnet, tmp / "cache-resnet")
+                text, replaced = without_te_attention((corpus / LLAMA).read_text())
+                proxy = tmp / "llama31_8b_no_te_attention.hlo"
+                proxy.write_text(text)
+                notes.append(f"Llama: {replaced} TransformerEngine attention calls replaced in a temporary copy")
+                rows += cold_warm("Llama 3.1 8B", proxy, tmp / "cache-llama")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {"method": "hlo-compile --emit=ptx in a fresh process, cold (empty --cache-dir) then warm (the same "
+                      "command again); wall clock and peak RSS (wait4); " + "; ".join(notes),
+            "rows": rows, "load_average_1min": load, "cpus": os.cpu_count()}
