@@ -125,7 +125,7 @@ def _split_fusion(module: HloModule, comp: HloComputation, fusion: HloInstructio
         if preds:
             set_control_predecessors(f, control_predecessors(f) + preds)
     remove_instructions(comp, [i for i in inlined if i is not final])
-    if final.parent is comp:   # the fusion's value keeps its name (users, ROOT, dumps)
+    if final.parent is comp and id(final) not in before:   # the value keeps the fusion's name
         names.release(final.name)
         final.name = fusion.name
 
