@@ -322,12 +322,13 @@ class Progress:
             return
         self.last = now
         kernels = f" {done}/{total} kernels" if total else ""
-        click.echo(f"\r\033[K{PROG}: {self.module}: {stage}{kernels}, {now - self.start:.1f}s", err=True, nl=False)
+        click.echo(f"\r\033[K{PROG}: {self.module}: {stage}{kernels}, {now - self.start:.1f}s", err=True, nl=False,
+                   color=True)  # (the terminal escape kept)
         self.shown = True
 
     def clear(self) -> None:
         if self.shown:
-            click.echo("\r\033[K", err=True, nl=False)
+            click.echo("\r\033[K", err=True, nl=False, color=True)
             self.shown = False
 
 
