@@ -15,7 +15,8 @@ from hlo_compile.cli.compile import main as compile_main
 from hlo_compile.kernel_cache import KernelCache
 from hlo_compile.options import CompileOptions
 from hlo_compile.pipeline import run_pipeline
-from hlo_compile.targets.nvptx.kernels import PARALLEL_MIN_KERNELS, merge_ptx, ptx_items
+from hlo_compile.targets.nvptx import kernels as kernels_mod
+from hlo_compile.targets.nvptx.kernels import merge_ptx, ptx_items
 
 
 def _needs_libdevice():
@@ -42,11 +43,19 @@ def _module(n: int, changed: int | None = None) -> str:
             + "\n".join(body) + "\n}\n")
 
 
-N = PARALLEL_MIN_KERNELS + 2
+N = 6
 
 
-def test_parallel_ptx_is_the_same_bytes_as_one_process(tmp_path):
+def test_parallel_ptx_is_the_same_bytes_as_one_process(tmp_path, monkeypatch):
     _needs_libdevice()
+    monkeypatch.setattr(kernels_mod, "PARALLEL_MIN_KERNELS", 4)  # fan out for a small module
+    calls = []
+    real_pool = kernels_mod.ProcessPoolExecutor
+
+    def pool(*args, **kwargs):
+        calls.append(kwargs.get("max_workers"))
+        return real_pool(*args, **kwargs)
+    monkeypatch.setattr(kernels_mod, "ProcessPoolExecutor", pool)
     src = tmp_path / "many.hlo"
     src.write_text(_module(N))
     runner = CliRunner()
@@ -54,6 +63,7 @@ def test_parallel_ptx_is_the_same_bytes_as_one_process(tmp_path):
     two = runner.invoke(compile_main, [str(src), "--emit=ptx", "--no-cache", "-j", "2"])
     assert one.exit_code == 0 and two.exit_code == 0, (one.output, two.output)
     assert one.stdout == two.stdout
+    assert calls == [2]  # -j 2 used two workers, -j 1 none
     assert len(re.findall(r"\.entry\s", one.stdout)) == N
     assert len(re.findall(r"^\.version", one.stdout, re.M)) == 1
     ll1 = runner.invoke(compile_main, [str(src), "--emit=llvm-opt", "--no-cache", "-j", "1"])
