@@ -315,3 +315,21 @@ def test_control_holders_are_kept_and_found_again_when_control_predecessors_appe
     assert control_predecessors(c)[0] is later
     _users_are_exact(comp)
     _reparses(module)
+
+
+def test_control_holder_index_survives_inserts_and_sees_inserted_holders(module):
+    from hlo_compile.hlo import rewrite
+    comp = module.entry
+    b, c = comp.instruction("b"), comp.instruction("c")
+    assert rewrite.control_holders(comp) == [b, c]
+    plain = new_instruction("n1", "negate", F32_4, [comp.instruction("a")])
+    insert_instructions(comp, [plain], before=c)  # no control predecessors: the index is kept
+    entry = rewrite._CONTROL_HOLDERS[comp]
+    assert entry[2] == len(comp.instructions) and entry[1] is comp.instructions
+    assert rewrite.control_holders(comp) == [b, c]
+    holder = new_instruction("n2", "negate", F32_4, [comp.instruction("a")], {"control-predecessors": Attribute(
+        "control-predecessors", "{%p}", (comp.instruction("p"),))})
+    insert_instructions(comp, [holder], before=c)  # one with them: found
+    assert set(map(id, rewrite.control_holders(comp))) == {id(b), id(c), id(holder)}
+    remove_instructions(comp, [plain])
+    assert set(map(id, rewrite.control_holders(comp))) == {id(b), id(c), id(holder)}

@@ -117,9 +117,12 @@ def insert_instructions(comp: HloComputation, insts: Sequence[HloInstruction], *
         at = _position(comp, after) + 1
     else:
         at = len(comp.instructions)
+    before_len = len(comp.instructions)
     comp.instructions[at:at] = insts
     if any(CONTROL_PREDECESSORS in i.attributes for i in insts):
         _control_changed()
+    else:
+        _kept_holders(comp, before_len)
     touched: dict[int, HloInstruction] = {}
     for inst in insts:
         inst.parent = comp
@@ -140,7 +143,9 @@ def _position(comp: HloComputation, inst: HloInstruction) -> int:
 def remove_instructions(comp: HloComputation, insts: Collection[HloInstruction]) -> None:
     """Take ``insts`` out of ``comp`` (whoever still reads them is the caller's business)."""
     gone = set(insts)
+    before, before_len = comp.instructions, len(comp.instructions)
     comp.instructions = [i for i in comp.instructions if i not in gone]
+    _kept_holders(comp, before_len, before)
     for inst in gone:
         if inst.parent is comp:
             inst.parent = None
@@ -172,7 +177,8 @@ def set_control_predecessors(inst: HloInstruction, preds: Iterable[HloInstructio
 # instructions looked at, 9 s). An entry is good while no control predecessor was set
 # anywhere (``_control_epoch``: every operation here that gives an instruction control
 # predecessors, or places one that has them, counts) and the computation's instruction
-# list is the same list of the same length; else the computation is scanned again.
+# list is the same list of the same length (the operations here that insert, replace or
+# remove instructions carry a good index over: ``_kept_holders``); else it is scanned again.
 _control_epoch = 0
 _CONTROL_HOLDERS: "weakref.WeakKeyDictionary[HloComputation, tuple]" = weakref.WeakKeyDictionary()
 
@@ -180,6 +186,17 @@ _CONTROL_HOLDERS: "weakref.WeakKeyDictionary[HloComputation, tuple]" = weakref.W
 def _control_changed() -> None:
     global _control_epoch
     _control_epoch += 1
+
+
+def _kept_holders(comp: HloComputation, before_len: int, before: list | None = None) -> None:
+    """After an operation here changed ``comp``'s instructions without adding one that has
+    control predecessors: its index, if it was good before (``before``: the list it was for,
+    when the operation replaced the list), stays good."""
+    got = _CONTROL_HOLDERS.get(comp)
+    if got is None or got[0] != _control_epoch or got[2] != before_len \
+            or got[1] is not (comp.instructions if before is None else before):
+        return
+    _CONTROL_HOLDERS[comp] = (got[0], comp.instructions, len(comp.instructions), got[3])
 
 
 def control_holders(comp: HloComputation) -> list[HloInstruction]:
@@ -278,12 +295,14 @@ def replace_instructions(comp: HloComputation, replacements: Mapping[HloInstruct
         _control_changed()
     if len(replacements) <= _FEW and not any(v in replacements for v in replacements.values()):
         insts = comp.instructions  # a few: found and placed by scans in C, not a rebuilt list
+        before_len = len(insts)
         for old in sorted(replacements, key=insts.index):
             new, at = replacements[old], insts.index(old)
             if new in insts:
                 del insts[at]
             else:
                 insts[at] = new
+        _kept_holders(comp, before_len)  # (a value with control predecessors moved the epoch)
     else:
         placed = {id(i) for i in comp.instructions if i not in replacements}  # stay where they are
         order = []
