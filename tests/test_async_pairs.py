@@ -169,3 +169,220 @@ def test_unsupported_reduction_is_refused_by_name(tmp_path):
     assert res.returncode == 2, res.stderr
     assert "all-reduce '%r'" in res.stderr and "reduction computation" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
+
+
+# ---- the async sugar X-start/-update/-done (passes/async_wrapping.py) -----------------------------
+
+GEMM_CONFIG = ('{"operation_queue_id":"0","wait_on_operation_queues":[],"gemm_backend_config":{"alpha_real":1.0,'
+               '"alpha_imag":0.0,"beta":0.0,"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],'
+               '"rhs_contracting_dimensions":["0"],"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]},'
+               '"precision_config":{"operand_precision":["DEFAULT","DEFAULT"],"algorithm":"ALG_UNSET"},'
+               '"epilogue":"DEFAULT","grad_x":false,"grad_y":false,"damax_output":false,"selected_algorithm":"0"}}')
+
+SUGAR = f"""HloModule async_sugar, entry_computation_layout={{(f32[16,8]{{1,0}}, f32[8,12]{{1,0}},
+    s32[])->(f32[16,8]{{1,0}}, f32[16,8]{{1,0}}, f32[16,12]{{1,0}}, f32[32,8]{{1,0}})}}
+
+%fused_computation (param_0: f32[16,8]) -> f32[16,8] {{
+  %param_0 = f32[16,8]{{1,0}} parameter(0)
+  %exponential.1 = f32[16,8]{{1,0}} exponential(f32[16,8]{{1,0}} %param_0)
+  ROOT %multiply.1 = f32[16,8]{{1,0}} multiply(f32[16,8]{{1,0}} %exponential.1, f32[16,8]{{1,0}} %param_0)
+}}
+
+%callee (x: f32[16,8], y: f32[16,8]) -> f32[16,8] {{
+  %x = f32[16,8]{{1,0}} parameter(0)
+  %y = f32[16,8]{{1,0}} parameter(1)
+  %sub = f32[16,8]{{1,0}} subtract(f32[16,8]{{1,0}} %x, f32[16,8]{{1,0}} %y)
+  ROOT %tanh = f32[16,8]{{1,0}} tanh(f32[16,8]{{1,0}} %sub)
+}}
+
+ENTRY %main (p0: f32[16,8], p1: f32[8,12], i: s32[]) -> (f32[16,8], f32[16,8], f32[16,12], f32[32,8]) {{
+  %p0 = f32[16,8]{{1,0}} parameter(0)
+  %p1 = f32[8,12]{{1,0}} parameter(1)
+  %i = s32[] parameter(2)
+  %fusion-start = ((f32[16,8]{{1,0}}), f32[16,8]{{1,0}}, s32[]) fusion-start(f32[16,8]{{1,0}} %p0), kind=kLoop,
+      calls=%fused_computation
+  %fusion-done = f32[16,8]{{1,0}} fusion-done(((f32[16,8]{{1,0}}), f32[16,8]{{1,0}}, s32[]) %fusion-start)
+  %call-start = ((f32[16,8]{{1,0}}, f32[16,8]{{1,0}}), f32[16,8]{{1,0}},
+      s32[]) call-start(f32[16,8]{{1,0}} %fusion-done, f32[16,8]{{1,0}} %p0), to_apply=%callee,
+      async_execution_thread="parallel_thread"
+  %call-update = ((f32[16,8]{{1,0}}, f32[16,8]{{1,0}}), f32[16,8]{{1,0}}, s32[]) call-update(((f32[16,8]{{1,0}},
+      f32[16,8]{{1,0}}), f32[16,8]{{1,0}}, s32[]) %call-start)
+  %call-done = f32[16,8]{{1,0}} call-done(((f32[16,8]{{1,0}}, f32[16,8]{{1,0}}), f32[16,8]{{1,0}}, s32[]) %call-update)
+  %cc-start = ((f32[16,8]{{1,0}}, f32[8,12]{{1,0}}), (f32[16,12]{{1,0}}, s8[1024]{{0}}),
+      s32[]) custom-call-start(f32[16,8]{{1,0}} %call-done, f32[8,12]{{1,0}} %p1),
+      custom_call_target="__cublas$lt$matmul", backend_config={GEMM_CONFIG}
+  %cc-done = (f32[16,12]{{1,0}}, s8[1024]{{0}}) custom-call-done(((f32[16,8]{{1,0}}, f32[8,12]{{1,0}}),
+      (f32[16,12]{{1,0}}, s8[1024]{{0}}), s32[]) %cc-start)
+  %gemm = f32[16,12]{{1,0}} get-tuple-element((f32[16,12]{{1,0}}, s8[1024]{{0}}) %cc-done), index=0
+  %c = f32[] constant(1.5)
+  %big = f32[32,8]{{1,0}} broadcast(f32[] %c), dimensions={{}}
+  %zero = s32[] constant(0)
+  %dus-start = ((f32[32,8]{{1,0}}, f32[16,8]{{1,0}}, s32[], s32[]), f32[32,8]{{1,0}},
+      s32[]) dynamic-update-slice-start(f32[32,8]{{1,0}} %big, f32[16,8]{{1,0}} %call-done, s32[] %i, s32[] %zero)
+  %dus-done = f32[32,8]{{1,0}} dynamic-update-slice-done(((f32[32,8]{{1,0}}, f32[16,8]{{1,0}}, s32[], s32[]),
+      f32[32,8]{{1,0}}, s32[]) %dus-start)
+  ROOT %out = (f32[16,8]{{1,0}}, f32[16,8]{{1,0}}, f32[16,12]{{1,0}}, f32[32,8]{{1,0}}) tuple(%fusion-done,
+      %call-done, %gemm, %dus-done)
+}}
+"""
+
+
+def _sugar_args(index: int):
+    rng = np.random.default_rng(7)
+    return [rng.standard_normal((16, 8)).astype(np.float32), rng.standard_normal((8, 12)).astype(np.float32),
+            np.int32(index)]
+
+
+def _assert_close(got, want, rtol=1e-5, atol=1e-5):
+    got, want = literals.flatten(got), literals.flatten(want)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+def test_sugar_forms_become_async_start_over_a_wrapped_computation():
+    from hlo_compile.passes.async_wrapping import wrap_async_sugar
+    module = wrap_async_sugar(parse_module(SUGAR))
+    starts = [i for i in module.entry.instructions if i.opcode == "async-start"]
+    assert [i.name for i in starts] == ["fusion-start", "call-start", "cc-start", "dus-start"]
+    wrapped = [s.attr("calls").root for s in starts]
+    assert [w.opcode for w in wrapped] == ["fusion", "call", "custom-call", "dynamic-update-slice"]
+    # X keeps the start's attributes and location; the start keeps its thread and its shape
+    assert wrapped[0].attr("calls").name == "fused_computation" and wrapped[0].attr("kind") == "kLoop"
+    assert wrapped[2].attr("custom_call_target") == "__cublas$lt$matmul"
+    assert wrapped[2].shape.to_text(False) == "(f32[16,12], s8[1024])"
+    assert starts[1].attr("async_execution_thread") == "parallel_thread"
+    assert not wrapped[1].has_attr("async_execution_thread")
+    assert all(w.location.line == s.location.line for w, s in zip(wrapped, starts))
+    assert starts[3].shape.tuple_shapes[1].to_text(False) == "f32[32,8]"
+    ops = {i.opcode for i in module.entry.instructions}
+    assert "async-update" in ops and "async-done" in ops and not any(o.endswith("-start") and o != "async-start"
+                                                                     for o in ops)
+    assert all(len(s.attr("calls").parameters) == len(s.operands) for s in starts)
+
+
+def test_sugar_forms_on_host_equal_the_interpreter():
+    module = parse_module(SUGAR)
+    exe = compile_executable(module, "host")
+    for index in (0, 9, 30):  # 30 is clamped to 16, as XLA's dynamic-update-slice
+        args = _sugar_args(index)
+        want = evaluate_module(module, args)
+        _assert_close(exe.run(args), want)
+    x = args[0]
+    np.testing.assert_allclose(literals.flatten(want)[0], np.exp(x) * x, rtol=1e-6)
+    np.testing.assert_allclose(literals.flatten(want)[1], np.tanh(np.exp(x) * x - x), rtol=1e-6)
+
+
+def test_sugar_forms_through_hlo_run_and_hlo_compile(tmp_path):
+    path = tmp_path / "m.hlo"
+    path.write_text(SUGAR)
+    res = subprocess.run([sys.executable, "-m", "hlo_compile.cli.run", str(path), "--platform=host"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    res = subprocess.run([sys.executable, "-m", "hlo_compile.cli.compile", str(path), "--passes=async-wrapping",
+                          "--emit=hlo"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "async-start(" in res.stdout and "calls=%async_wrapped_fusion-start" in res.stdout, res.stdout
+    assert "fusion-start(" not in res.stdout
+
+
+LOOP_DUS = """HloModule loop_dus
+
+while_cond {
+  state = (s32[], f32[10,10], ((f32[10,10], f32[2,2], s32[], s32[]), f32[10,10], s32[])) parameter(0)
+  n = s32[] get-tuple-element(state), index=0
+  three = s32[] constant(3)
+  ROOT lt = pred[] compare(n, three), direction=LT
+}
+
+while_body {
+  state = (s32[], f32[10,10], ((f32[10,10], f32[2,2], s32[], s32[]), f32[10,10], s32[])) parameter(0)
+  n = s32[] get-tuple-element(state), index=0
+  async_state = ((f32[10,10], f32[2,2], s32[], s32[]), f32[10,10], s32[]) get-tuple-element(state), index=2
+  async_update = ((f32[10,10], f32[2,2], s32[], s32[]), f32[10,10], s32[]) dynamic-update-slice-update(async_state)
+  done = f32[10,10] dynamic-update-slice-done(async_update)
+  slice = f32[2,2] constant({ {1, 2}, {3, 4} })
+  one = s32[] constant(1)
+  m = s32[] add(n, one)
+  twice = s32[] add(m, m)
+  next_start = ((f32[10,10], f32[2,2], s32[], s32[]), f32[10,10], s32[]) dynamic-update-slice-start(done, slice,
+      twice, m)
+  ROOT next_state = (s32[], f32[10,10], ((f32[10,10], f32[2,2], s32[], s32[]), f32[10,10], s32[])) tuple(m, done,
+      next_start)
+}
+
+ENTRY Entry {
+  p0 = f32[10,10] parameter(0)
+  p1 = f32[2,2] parameter(1)
+  idx0 = s32[] parameter(2)
+  idx1 = s32[] parameter(3)
+  zero = s32[] constant(0)
+  async_start = ((f32[10,10], f32[2,2], s32[], s32[]), f32[10,10], s32[]) dynamic-update-slice-start(p0, p1, idx0, idx1)
+  init = (s32[], f32[10,10], ((f32[10,10], f32[2,2], s32[], s32[]), f32[10,10], s32[])) tuple(zero, p0, async_start)
+  loop = (s32[], f32[10,10], ((f32[10,10], f32[2,2], s32[], s32[]), f32[10,10], s32[])) while(init),
+      condition=while_cond, body=while_body
+  post_loop_async = ((f32[10,10], f32[2,2], s32[], s32[]), f32[10,10], s32[]) get-tuple-element(loop), index=2
+  ROOT post_loop_done = f32[10,10] dynamic-update-slice-done(post_loop_async)
+}
+"""
+
+
+def test_dynamic_update_slice_pair_crossing_a_loop():
+    """XLA's LoopCrossingAsyncDynamicUpdateSliceSyntaxSugar, with a loop that ends: the start
+    of one iteration is done in the next, and after the loop."""
+    module = parse_module(LOOP_DUS)
+    args = [np.zeros((10, 10), np.float32), np.full((2, 2), 7, np.float32), np.int32(4), np.int32(5)]
+    want = evaluate_module(module, args)
+    expected = np.zeros((10, 10), np.float32)
+    expected[4:6, 5:7] = 7
+    for m in (1, 2, 3):
+        expected[2 * m:2 * m + 2, m:m + 2] = [[1, 2], [3, 4]]
+    np.testing.assert_array_equal(want, expected)
+    np.testing.assert_array_equal(compile_executable(module, "host").run(args), expected)
+
+
+def test_late_binding_is_refused_by_name(tmp_path):
+    path = tmp_path / "m.hlo"
+    path.write_text("HloModule m\n\nENTRY main {\n  p0 = f32[] parameter(0)\n  p1 = f32[] parameter(1)\n"
+                    "  s = ((), (), s32[]) call-start(), to_apply={\n    a = f32[] parameter(0)\n"
+                    "    b = f32[] parameter(1)\n    ROOT add = f32[] add(a, b)\n  }\n"
+                    "  u = ((f32[], f32[]), f32[], s32[]) call-update(s, p0, p1)\n  ROOT d = f32[] call-done(u)\n}\n")
+    for cli in ("run", "compile"):
+        res = subprocess.run([sys.executable, "-m", f"hlo_compile.cli.{cli}", str(path)] +
+                             (["--platform=host"] if cli == "run" else ["--emit=llvm"]),
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 2, res.stderr
+        assert "call-update '%u' (line 11)" in res.stderr and "late binding" in res.stderr, res.stderr
+        assert "Traceback" not in res.stderr
+
+
+SPMD_SUGAR = f"""HloModule spmd_sugar, num_partitions=4
+
+{ADD}
+ENTRY main {{
+  x = f32[8,4]{{1,0}} parameter(0)
+  a2a-start = ((f32[8,4]{{1,0}}), f32[8,4]{{1,0}}, s32[]) all-to-all-start(x), channel_id=1,
+      replica_groups={{{{0,1,2,3}}}}, dimensions={{0}}
+  a2a-done = f32[8,4]{{1,0}} all-to-all-done(a2a-start)
+  rs-start = ((f32[8,4]{{1,0}}), f32[4,4]{{1,0}}, s32[]) reduce-scatter-start(a2a-done), channel_id=2,
+      replica_groups={{{{0,2}},{{1,3}}}}, use_global_device_ids=true, dimensions={{0}}, to_apply=add
+  rs-done = f32[4,4]{{1,0}} reduce-scatter-done(rs-start)
+  ROOT out = (f32[8,4]{{1,0}}, f32[4,4]{{1,0}}) tuple(a2a-done, rs-done)
+}}
+"""
+
+
+def test_collective_sugar_on_host_equals_the_interpreter():
+    module = parse_module(SPMD_SUGAR)
+    world = world_of(module)
+    assert world.size == 4
+    args = [[np.arange(32, dtype=np.float32).reshape(8, 4) + 100 * k] for k in range(4)]
+    want = evaluate_spmd(module, lambda k: args[k], world)
+    got = compile_spmd(module, "host", world)(args)
+    for k in range(4):
+        _assert_close(got[k], want[k])
+    # all-to-all: participant k's rows 2j..2j+1 come from participant j's rows 2k..2k+1
+    a2a = [literals.flatten(w)[0] for w in want]
+    np.testing.assert_array_equal(a2a[1][4:6], args[2][0][2:4])
+    np.testing.assert_array_equal(literals.flatten(want[2])[1], (a2a[0] + a2a[2])[4:8])

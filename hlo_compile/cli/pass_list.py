@@ -22,6 +22,8 @@ class NamedPass:
 
 
 _REWRITE_NAMES = {
+    "wrap_async_sugar": ("async-wrapping", "X-start/-update/-done sugar (fusion, call, custom-call, "
+                                           "dynamic-update-slice...) as async-start over a wrapped computation"),
     "align_layouts": ("layout-boundaries", "copies where layouts disagree across computation boundaries "
                                            "(as XLA's layout assignment inserts them)"),
     "lower_custom_fusions": ("custom-fusions", "Triton, cuDNN and custom-kernel fusions as fusions our emitters "

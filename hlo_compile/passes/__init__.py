@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 
 from ..hlo import HloModule
 from ..hlo.ir import clone_module
+from .async_wrapping import wrap_async_sugar
 from .custom_fusions import lower_custom_fusions
 from .dynamic_index_splitter import split_dynamic_indices
 from .expand_rng_bit_generator import expand_rng_bit_generators
@@ -48,5 +49,5 @@ def run_passes(module: HloModule, before_fusion: Sequence[Callable[[HloModule], 
 def module_rewrites() -> list[Callable[[HloModule], HloModule]]:
     """Rewrites of every computation of the module, run first, in order, on the copy: ops that
     XLA itself expands or renames before code generation."""
-    return [align_layouts, lower_custom_fusions, split_dynamic_indices, expand_tuple_copies,
+    return [wrap_async_sugar, align_layouts, lower_custom_fusions, split_dynamic_indices, expand_tuple_copies,
             rewrite_topk_custom_calls, expand_rng_bit_generators, split_scatter_operands]
