@@ -1,9 +1,10 @@
 """The persistent compile cache: a stage's output on disk, keyed on everything it depends on.
 
-A key is the SHA-256 of the stage's name, the text of its inputs (for ``llvm-opt``: the linked
-LLVM IR of the module's kernels and their names), the ``CompileOptions`` (frozen: their
-``repr`` is their value) and the versions of what produces the bytes: this project, llvmlite
-(LLVM) and libdevice (its path, size and mtime). Entries live under the cache directory
+A key is the SHA-256 of what an entry depends on (a whole result: the input text and the
+flags that decide the output; a kernel: its structure, launch and names, ``stages.py``), the
+``CompileOptions`` (frozen: their ``repr`` is their value) and the versions of what produces
+the bytes: this project (its version and its files' sizes and mtimes), llvmlite (which fixes
+LLVM's) and libdevice (its path, size and mtime). Entries live under the cache directory
 (``--cache-dir``, else ``$HLO_COMPILE_CACHE_DIR``, else ``$XDG_CACHE_HOME/hlo-compile``, else
 ``~/.cache/hlo-compile``), one file per key in two-letter fan-out folders, as Triton's and
 ccache's caches are laid out. Writes are atomic (a temporary file in the same folder, then
@@ -122,8 +123,9 @@ class KernelCache:
         self.hits += 1
         return payload
 
-    def put(self, key: str, payload: bytes) -> bool:
-        """Write the entry atomically; False if the directory cannot be written (never raises)."""
+    def put(self, key: str, payload: bytes, evict: bool = True) -> bool:
+        """Write the entry atomically; False if the directory cannot be written (never raises).
+        ``evict=False``: the caller writes many and calls ``evict`` once after them."""
         p = self.path(key)
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
@@ -140,7 +142,8 @@ class KernelCache:
                 raise
         except OSError:
             return False
-        self.evict()
+        if evict:
+            self.evict()
         return True
 
     def entries(self) -> list[tuple[float, int, Path]]:

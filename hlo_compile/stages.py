@@ -283,7 +283,9 @@ def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels, *,
     results = {**llvm.cached, **dict(zip(todo, fresh))}
     if env.cache is not None and llvm.keys:
         for n, r in zip(todo, fresh):
-            env.cache.put(llvm.keys[n], pack({"ir": llvm.kernel_ir[n], "llvm_opt": r.llvm_opt, "ptx": r.ptx}))
+            env.cache.put(llvm.keys[n], pack({"ir": llvm.kernel_ir[n], "llvm_opt": r.llvm_opt, "ptx": r.ptx}),
+                          evict=False)
+        env.cache.evict()  # once, not per entry: it lists the whole cache
     seconds = {part: sum(r.seconds.get(part, 0.0) for r in fresh) for part in ("parse", "link", "opt", "emit")}
     seconds["compile"] = time.perf_counter() - t0
     ptx = merge_ptx([results[n].ptx for n in names], names)
