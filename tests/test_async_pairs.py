@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from hlo_compile import parse_module
 from hlo_compile.hlo.collective_groups import world_of
@@ -158,16 +159,30 @@ def test_hlo_run_spmd_literals_per_participant(tmp_path):
             assert int(f["p2.out9"]) == 1
 
 
-def test_unsupported_reduction_is_refused_by_name(tmp_path):
+SUB = "sub {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] subtract(a, b)\n}\n"
+
+
+@pytest.mark.parametrize("cli,flags", [("run", ["--platform=host"]), ("compile", ["--emit=llvm"]),
+                                       ("compile", ["--emit=ptx"])])
+@pytest.mark.parametrize("form", ["all-reduce", "all-reduce-start", "reduce-scatter-start"])
+def test_unsupported_reduction_is_refused_by_name(tmp_path, cli, flags, form):
+    """hlo-compile refuses what hlo-run refuses (runnable.check_runnable after fusion planning)."""
     path = tmp_path / "m.hlo"
-    sub = "sub {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] subtract(a, b)\n}\n"
-    path.write_text(f"HloModule m, num_partitions=2\n\n{sub}\nENTRY e {{\n  x = f32[8]{{0}} parameter(0)\n"
-                    "  ROOT r = f32[8]{0} all-reduce(x), channel_id=1, replica_groups={{0,1}}, "
-                    "use_global_device_ids=true, to_apply=sub\n}\n")
-    res = subprocess.run([sys.executable, "-m", "hlo_compile.cli.run", str(path), "--platform=host"],
+    shape, extra = ("f32[4]{0}", ", dimensions={0}") if form.startswith("reduce-scatter") else ("f32[8]{0}", "")
+    if form.endswith("-start"):
+        shape = f"((f32[8]{{0}}), {shape}, s32[])" if form.startswith("reduce-scatter") else shape
+    done = f"\n  ROOT d = {'f32[4]{0}' if 'scatter' in form else 'f32[8]{0}'} {form[:-6]}-done(r)" \
+        if form.endswith("-start") else ""
+    root = "" if done else "ROOT "
+    path.write_text(f"HloModule m, num_partitions=2\n\n{SUB}\nENTRY e {{\n  x = f32[8]{{0}} parameter(0)\n"
+                    f"  {root}r = {shape} {form}(x), channel_id=1, replica_groups={{{{0,1}}}}, "
+                    f"use_global_device_ids=true{extra}, to_apply=sub{done}\n}}\n")
+    res = subprocess.run([sys.executable, "-m", f"hlo_compile.cli.{cli}", str(path)] + flags,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 2, res.stderr
-    assert "all-reduce '%r'" in res.stderr and "reduction computation" in res.stderr, res.stderr
+    op = form[:-6] if "scatter" in form else form
+    assert f"{op} '%" in res.stderr and "(line 11)" in res.stderr, res.stderr
+    assert "reduction computation sub is not add" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
 
 

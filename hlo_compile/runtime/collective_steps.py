@@ -25,6 +25,7 @@ from ..hlo.dtypes import numpy_dtype
 from ..hlo.errors import HloUnsupportedError
 from .participants import participant_of
 from .platform import Platform
+from .runnable import collective_refusal, reduction_kind, where
 from .steps import Frame, Step
 from .values import download_value, upload_value
 
@@ -32,21 +33,13 @@ _REDUCTIONS = {"add": np.add, "multiply": np.multiply, "minimum": np.minimum, "m
                "and": np.logical_and, "or": np.logical_or}
 
 
-def _where(inst: HloInstruction) -> str:
-    return f"{inst.opcode} '%{inst.name}'" + (f" (line {inst.location.line})" if inst.location else "")
-
-
 def reduction_of(inst: HloInstruction) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """The elementwise function of an all-reduce's ``to_apply`` (XLA's supported kinds only)."""
-    comp = inst.attr("to_apply")
-    root = comp.root
-    params = set(id(p) for p in comp.parameters)
-    if (root.opcode in _REDUCTIONS and len(root.operands) == 2 and len(comp.parameters) == 2
-            and {id(o) for o in root.operands} == params):
-        fn = _REDUCTIONS[root.opcode]
-        return (lambda a, b: fn(a, b).astype(a.dtype)) if root.opcode in ("and", "or") else fn
-    raise HloUnsupportedError(f"{_where(inst)}: its reduction computation {comp.name} is not add, multiply, "
-                              "minimum, maximum, and or or of its two parameters", inst.location)
+    kind = reduction_kind(inst)
+    if kind is None:
+        raise HloUnsupportedError(f"{where(inst)}: {collective_refusal(inst)}", inst.location)
+    fn = _REDUCTIONS[kind]
+    return (lambda a, b: fn(a, b).astype(a.dtype)) if kind in ("and", "or") else fn
 
 
 def _upload(platform: Platform, frame: Frame, value: Any, shape) -> Any:
@@ -62,15 +55,11 @@ class Collective(Step):
     def __init__(self, inst: HloInstruction, opcode: str):
         super().__init__(inst)
         self.opcode = opcode
+        why = collective_refusal(inst)
+        if why is not None:
+            raise HloUnsupportedError(f"{where(inst)}: {why}", inst.location)
         if opcode in ("all-reduce", "reduce-scatter"):
             self.reduce = reduction_of(inst)
-        if opcode == "collective-permute" and len(inst.operands) == 4 and inst.has_attr("slice_sizes"):
-            raise HloUnsupportedError(f"{_where(inst)}: the in-place form (offsets, slice_sizes) is not supported",
-                                      inst.location)
-        if opcode == "collective-broadcast" and inst.attr("has_dynamic_root", False):
-            raise HloUnsupportedError(f"{_where(inst)}: dynamic roots are not supported", inst.location)
-        if opcode == "ragged-all-to-all":
-            raise HloUnsupportedError(f"{_where(inst)}: ragged-all-to-all is not supported", inst.location)
 
     def results(self, me: int, world, everyone: list[list[np.ndarray]]) -> list[np.ndarray]:
         inst, op = self.inst, self.opcode
@@ -96,18 +85,18 @@ class Collective(Step):
                 d = inst.dimensions[0]
                 return [np.concatenate([np.split(everyone[j][0], n, axis=d)[rank] for j in group], axis=d)]
             return [everyone[j][rank] for j in group]
-        raise HloUnsupportedError(f"{_where(inst)}: no collective step", inst.location)
+        raise HloUnsupportedError(f"{where(inst)}: no collective step", inst.location)
 
     def run(self, platform: Platform, frame: Frame) -> None:
         inst = self.inst
         me = participant_of(frame.resources)
         mine = [np.asarray(download_value(platform, frame.values[o])) for o in inst.operands]
-        everyone = me.all_values(mine, _where(inst))
+        everyone = me.all_values(mine, where(inst))
         outs = self.results(me.me, me.world, everyone)
         shapes = self._result_shapes()
         for x, s in zip(outs, shapes):
             if tuple(x.shape) != tuple(s.dimensions):
-                raise HloUnsupportedError(f"{_where(inst)}: its groups give a result of shape {list(x.shape)}, but it "
+                raise HloUnsupportedError(f"{where(inst)}: its groups give a result of shape {list(x.shape)}, but it "
                                           f"declares {s.to_text(False)} (a group of another size?)", inst.location)
         bufs = [_upload(platform, frame, x.astype(numpy_dtype(s.element_type), copy=False), s)
                 for x, s in zip(outs, shapes)]

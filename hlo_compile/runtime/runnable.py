@@ -37,13 +37,58 @@ def unsupported(inst: HloInstruction, platform: str | None) -> HloUnsupportedErr
 
 
 def check_runnable(computations: Iterable[HloComputation], generated: frozenset[str] = frozenset()) -> None:
-    """Refuse the first instruction of ``computations`` that no runtime step runs;
+    """Refuse the first instruction of ``computations`` that no runtime step runs, or whose
+    step would refuse it when built (a collective's form or reducer: ``collective_refusal``);
     ``generated``: the library-call families that were to be lowered to kernels
     (``CompileOptions.generated_call_families``), so a call of theirs left is not run either."""
     for comp in computations:
         for inst in comp.instructions:
             if not is_runnable(inst, generated):
                 raise unsupported(inst, None)
+            why = collective_refusal(inst)
+            if why is not None:
+                raise HloUnsupportedError(f"{where(inst)}: {why}", inst.location)
+
+
+def where(inst: HloInstruction) -> str:
+    """``opcode '%name' (line N)``, as refusals name an instruction."""
+    return f"{inst.opcode} '%{inst.name}'" + (f" (line {inst.location.line})" if inst.location else "")
+
+
+# an all-reduce's (reduce-scatter's) to_apply root → its elementwise kind (XLA's MatchReductionComputation)
+REDUCTION_KINDS = frozenset({"add", "multiply", "minimum", "maximum", "and", "or"})
+
+
+def reduction_kind(inst: HloInstruction) -> str | None:
+    """The kind of an all-reduce's or reduce-scatter's ``to_apply`` (``add``, ``multiply``,
+    ``minimum``, ``maximum``, ``and``, ``or`` of its two parameters), None for any other."""
+    comp = inst.attr("to_apply", None)
+    if not isinstance(comp, HloComputation):
+        return None
+    root = comp.root
+    params = {id(p) for p in comp.parameters}
+    if (root.opcode in REDUCTION_KINDS and len(root.operands) == 2 and len(comp.parameters) == 2
+            and {id(o) for o in root.operands} == params):
+        return root.opcode
+    return None
+
+
+def collective_refusal(inst: HloInstruction) -> str | None:
+    """Why the collective step (``collective_steps.Collective``) refuses ``inst``, else None."""
+    op = inst.opcode
+    base = op[:-len("-start")] if op.endswith("-start") else op
+    if base in ("all-reduce", "reduce-scatter") and op in RUNNABLE_OPCODES and reduction_kind(inst) is None:
+        comp = inst.attr("to_apply", None)
+        name = comp.name if isinstance(comp, HloComputation) else "?"
+        return (f"its reduction computation {name} is not add, multiply, minimum, maximum, and or or of its two "
+                "parameters")
+    if base == "collective-permute" and len(inst.operands) == 4 and inst.has_attr("slice_sizes"):
+        return "the in-place form (offsets, slice_sizes) is not supported"
+    if base == "collective-broadcast" and inst.attr("has_dynamic_root", False):
+        return "dynamic roots are not supported"
+    if op == "ragged-all-to-all":
+        return "ragged-all-to-all is not supported"
+    return None
 
 
 def is_runnable(inst: HloInstruction, generated: frozenset[str] = frozenset()) -> bool:
