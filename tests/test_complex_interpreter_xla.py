@@ -35,13 +35,11 @@ from hlo_compile import parse_module
 from hlo_compile.hlo.errors import HloError, HloUnsupportedError, HloVerifyError
 from hlo_compile.interpreter import evaluate_module
 
+from complex_grid import binary_grid, corners as _corners, random_values as _random
+
 XLA_REF = Path(__file__).resolve().parents[2] / "shared" / "tools" / "xla_ref.py"
-NP = {"c64": np.complex64, "c128": np.complex128}
 REAL = {"c64": "f32", "c128": "f64"}
 RT = {"c64": np.float32, "c128": np.float64}
-BIG = {"c64": 1e38, "c128": 1e307}
-TINY = {"c64": 1e-30, "c128": 1e-300}     # normal numbers (no FTZ on the inputs)
-OVERFLOWING = {"c64": 1e30, "c128": 1e300}
 
 _REF: list = []
 
@@ -64,19 +62,6 @@ def _xla(text: str, args: list, ct: str) -> np.ndarray:
     with jax.enable_x64(ct == "c128"):
         (out,) = _xla_ref().run_hlo_text(text, args)
     return np.asarray(out)
-
-
-def _corners(ct: str) -> np.ndarray:
-    vals = [0.0, -0.0, 1.0, -2.5, np.inf, -np.inf, np.nan, BIG[ct], -BIG[ct], TINY[ct], 40.0, -100.0, 0.5]
-    return np.array([complex(a, b) for a in vals for b in vals], dtype=NP[ct])
-
-
-def _random(ct: str, n: int = 256, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    mag = 10.0 ** rng.uniform(-3, 3, (2, n)) * rng.choice([-1.0, 1.0], (2, n))
-    uni = rng.uniform(-3, 3, (2, n))
-    both = np.concatenate([uni, mag], axis=1)
-    return (both[0] + 1j * both[1]).astype(NP[ct])
 
 
 def _ftz(x: np.ndarray, ct: str) -> np.ndarray:
@@ -154,23 +139,11 @@ def test_unary_matches_xla_cpu(op, ct):
 
 
 BINARY = ["add", "subtract", "multiply", "divide", "power", "atan2", "maximum", "minimum"]
-_RIGHT = [complex(0, 0), complex(-0.0, 0), complex(np.inf, 1), complex(1, np.inf), complex(np.nan, 0),
-          complex(2, -3), complex(0.5, 0), complex(-1, 0), complex(np.inf, 0), complex(1, 0), complex(0, 2)]
 
 
 def _binary_inputs(ct: str, op: str) -> tuple[np.ndarray, np.ndarray]:
-    left = _corners(ct)
-    right = np.array(_RIGHT + [complex(BIG[ct], BIG[ct])], dtype=NP[ct])
-    a = np.repeat(left, right.size)
-    b = np.tile(right, left.size)
-    if op in ("multiply", "divide", "atan2"):     # FMA contraction decides overflowing partial products
-        def huge(z):
-            return ((np.abs(z.real) >= OVERFLOWING[ct]) & np.isfinite(z.real)) | \
-                ((np.abs(z.imag) >= OVERFLOWING[ct]) & np.isfinite(z.imag))
-        keep = ~huge(a) & ~huge(b)
-        a, b = a[keep], b[keep]
-    r1, r2 = _random(ct, 128, seed=1), _random(ct, 128, seed=2)
-    return np.concatenate([a, r1]), np.concatenate([b, r2])
+    # FMA contraction decides overflowing partial products
+    return binary_grid(ct, keep_finite_products=op in ("multiply", "divide", "atan2"))
 
 
 @pytest.mark.parametrize("ct", ["c64", "c128"])

@@ -123,10 +123,30 @@ def power_parts(a, b, c, d) -> Parts:
 
 # ---- exponentials and logarithms ---------------------------------------------------------------
 
+# Cephes' coefficients of (cos x - 1 + x^2/2) / x^4 in x^2, as XLA's cosm1 has them (rounded to f32 for c64)
+_COSM1_COEFFS = (4.737750796424621e-14, -1.147028484342536e-11, 2.087675428708152e-09, -2.755731921499979e-07,
+                 2.480158730157055e-05, -0.0013888888888888872, 0.041666666666666664)
+
+
 def _cosm1(x: np.ndarray) -> np.ndarray:
-    """cos(x) - 1 without cancellation near 0 (XLA switches at x^2 = 0.61685)."""
-    half = np.sin(x * _c(x, 0.5))
-    return np.where(x * x >= _c(x, 0.61685), np.cos(x) - _c(x, 1.0), _c(x, -2.0) * half * half)
+    """cos(x) - 1 without cancellation near 0, as XLA emits it: ``x^4 P(x^2) - x^2/2`` (P by Horner's
+    rule in fused multiply-adds) below x^2 = 0.61685, ``cos(x) - 1`` above. Its zero is +0 at x = +-0
+    (expm1(-0 + 0i) is (+0, 0) in XLA, where -2 sin^2(x/2) gave -0)."""
+    x2 = x * x
+    p = _c(x, _COSM1_COEFFS[0])
+    for coeff in _COSM1_COEFFS[1:]:
+        p = _fma(p, x2, _c(x, coeff))
+    small = (x2 * x2) * p + x2 * _c(x, -0.5)
+    return np.where(x2 >= _c(x, 0.61685), np.cos(x) + _c(x, -1.0), small)
+
+
+def _fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """a * b + c rounded once: exact in f64 for f32 parts; for f64 parts the product's error is below
+    the term's last bit here (|a b| < 0.05 |c| on cosm1's range), so rounding twice rarely differs."""
+    a = np.asarray(a)
+    if a.dtype == np.float32:
+        return (a.astype(np.float64) * np.asarray(b, np.float64) + np.asarray(c, np.float64)).astype(np.float32)
+    return a * b + c
 
 
 def exp_parts(a, b) -> Parts:
@@ -197,8 +217,11 @@ def sin_parts(x, y) -> Parts:
 
 
 def cos_parts(x, y) -> Parts:
-    cosh, sinh = _cosh_sinh(y)
-    return np.cos(x) * cosh, -(np.sin(x) * sinh)
+    """(cos x cosh y, (e^-y/2 - e^y/2) sin x): the imaginary part is that product, not -(sin x sinh y),
+    whose zero has the other sign (cos(1 + 0i) is (0.54, +0) in XLA)."""
+    e = np.exp(y)
+    he, hen = _c(y, 0.5) * e, _c(y, 0.5) / e
+    return np.cos(x) * (hen + he), (hen - he) * np.sin(x)
 
 
 def tanh_parts(a, b) -> Parts:
