@@ -183,7 +183,8 @@ def sqrt_parts(a, b) -> Parts:
     t = np.arctan2(b, a) * _c(a, 0.5)
     cos, sin = np.cos(t), np.sin(t)
     abs_b = np.abs(b)
-    real = np.where((abs_b == inf) | (a == inf), inf, np.where((a == -inf) & (abs_b != inf), zero, r * cos))
+    # |b| < inf: XLA's ordered 'one' compare, false for NaN (sqrt(-inf + NaN i) has a NaN real part)
+    real = np.where((abs_b == inf) | (a == inf), inf, np.where((a == -inf) & (abs_b < inf), zero, r * cos))
     imag0 = np.where(sin == zero, zero, r * sin)
     imag = np.where((abs_b == inf) | (a == -inf), np.copysign(inf, b), np.where(np.isnan(r), _c(a, np.nan), imag0))
     at_zero = r == zero
