@@ -22,6 +22,8 @@ from hlo_compile.options import CompileOptions
 from hlo_compile.runtime.executable import compile_executable
 from hlo_compile.targets.host import HostTarget
 
+from complex_grid import binary_grid, corners, random_values
+
 REAL = {"c64": "f32", "c128": "f64"}
 NP = {"c64": np.complex64, "c128": np.complex128, "f32": np.float32, "f64": np.float64}
 EPS = {"c64": float(np.finfo(np.float32).eps), "c128": float(np.finfo(np.float64).eps)}
@@ -228,10 +230,94 @@ def test_emitters_on_host_match_interpreter(case, ct):
 
 def test_unsupported_complex_ops_are_refused_by_name():
     text = ("HloModule x\n\nENTRY main {\n  a = c64[8] parameter(0)\n  b = c64[8] parameter(1)\n"
-            "  ROOT r = c64[8] atan2(a, b)\n}\n")
+            "  ROOT r = c64[8] remainder(a, b)\n}\n")
     module = parse_module(text)
-    with pytest.raises(HloError, match=r"atan2 'r' at line 6 on complex values"):
+    with pytest.raises(HloError, match=r"remainder 'r' at line 6 on complex values"):
         compile_executable(module, "host")
+
+
+# ---- XLA's corner cases: host = interpreter on the grid of tests/complex_grid.py ----------------------
+#
+# Both compute XLA's formulas (codegen/complex_ops.py, interpreter/complex_math.py), so NaN and infinity
+# positions and the signs of zeros must be identical and finite parts within the bound below, in ulps of
+# max(|re|, |im|, 1) of the interpreter's result (the formulas add O(1) terms: cosh, 1 + exp, log|q|).
+# What differs is the last bits of the float functions: the host calls glibc's libm, the interpreter
+# numpy, whose f32 exp/log/sin/cos are its own SIMD routines (c128: both glibc, measured 0 ulps).
+# On the GPU the kernels call libdevice (__nv_expf, __nv_sinf, ... 1-4 ulps each by NVIDIA's tables,
+# __nv_powf/__nv_atan2f the widest), so a device result may be a few ulps further from the
+# interpreter than these host bounds; power's q = c t + d log|z| amplifies them through cos/sin.
+CORNER_ULPS = {  # op -> (c64, c128) bound; measured host max: c64 <= 2 but logistic 3.2, power 8.3; c128 0
+    "abs": (2, 2), "sign": (2, 2), "negate": (0, 0), "exponential": (4, 2), "exponential-minus-one": (4, 2),
+    "log": (4, 2), "log-plus-one": (4, 2), "sqrt": (4, 2), "rsqrt": (4, 2), "sine": (4, 2), "cosine": (4, 2),
+    "tan": (4, 2), "tanh": (4, 2), "logistic": (8, 2), "add": (0, 0), "subtract": (0, 0), "multiply": (0, 0),
+    "divide": (2, 2), "power": (16, 4), "atan2": (4, 2), "maximum": (0, 0), "minimum": (0, 0),
+}
+CORNER_UNARY = ["abs", "sign", "negate", "exponential", "exponential-minus-one", "log", "log-plus-one", "sqrt",
+                "rsqrt", "sine", "cosine", "tan", "tanh", "logistic"]
+CORNER_BINARY = ["add", "subtract", "multiply", "divide", "power", "atan2", "maximum", "minimum"]
+
+
+def _corner_mismatches(got: np.ndarray, want: np.ndarray, ct: str, ulps: float,
+                       free_zero_sign: np.ndarray | None = None) -> list[str]:
+    """What differs beyond the bound: NaN or infinity positions, zero signs, finite parts (in ulps)."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    gs, ws = ([got.real, got.imag], [want.real, want.imag]) if got.dtype.kind == "c" else ([got], [want])
+    scale = np.maximum.reduce([np.where(np.isfinite(w), np.abs(w), 0) for w in ws] + [np.ones(want.shape)])
+    out = []
+    for name, g, w in zip(("re", "im"), gs, ws):
+        with np.errstate(invalid="ignore", over="ignore"):
+            nan = np.isnan(g) != np.isnan(w)
+            inf = (np.isinf(g) | np.isinf(w)) & (g != w) & ~np.isnan(g) & ~np.isnan(w)
+            zero = (g == 0) & (w == 0) & (np.signbit(g) != np.signbit(w))
+            if free_zero_sign is not None:
+                zero &= ~free_zero_sign
+            finite = np.isfinite(g) & np.isfinite(w)
+            err = np.where(finite, np.abs(g.astype(np.float64) - w) / scale, 0) / EPS[ct]
+        for what, bad in (("NaN position", nan), ("infinity", inf), ("zero sign", zero), ("ulps", err > ulps)):
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                out.append(f"{name} {what} at {i} ({int(bad.sum())} in all): got {g[i]!r}, want {w[i]!r}"
+                           + (f", {err[i]:.3g} ulps" if what == "ulps" else ""))
+    return out
+
+
+@pytest.mark.parametrize("ct", ["c64", "c128"])
+@pytest.mark.parametrize("op", CORNER_UNARY)
+def test_unary_corner_grid_host_equals_interpreter(op, ct):
+    x = np.concatenate([corners(ct), random_values(ct)])
+    rt = REAL[ct] if op == "abs" else ct
+    text = f"HloModule u\n\nENTRY main {{\n  a = {ct}[{x.size}] parameter(0)\n  ROOT r = {rt}[{x.size}] {op}(a)\n}}\n"
+    with np.errstate(all="ignore"):
+        got, want = _run_both(text, [x])
+    bad = _corner_mismatches(got, want, ct, CORNER_ULPS[op][ct == "c128"])
+    assert not bad, (op, ct, bad)
+
+
+@pytest.mark.parametrize("ct", ["c64", "c128"])
+@pytest.mark.parametrize("op", CORNER_BINARY)
+def test_binary_corner_grid_host_equals_interpreter(op, ct):
+    a, b = binary_grid(ct)
+    text = (f"HloModule b\n\nENTRY main {{\n  a = {ct}[{a.size}] parameter(0)\n  b = {ct}[{a.size}] parameter(1)\n"
+            f"  ROOT r = {ct}[{a.size}] {op}(a, b)\n}}\n")
+    with np.errstate(all="ignore"):
+        got, want = _run_both(text, [a, b])
+    # power: a zero from an underflowed |z|^c e^(-d t) takes the sign of cos/sin of q = c t + d log|z|,
+    # which for a huge exponent is the libm's argument reduction of a huge number, not XLA's formula
+    free = (np.abs(b.real) >= 1e30) | (np.abs(b.imag) >= 1e30) if op == "power" else None
+    bad = _corner_mismatches(got, want, ct, CORNER_ULPS[op][ct == "c128"], free)
+    assert not bad, (op, ct, bad)
+
+
+@pytest.mark.parametrize("ct", ["c64", "c128"])
+@pytest.mark.parametrize("direction", ["EQ", "NE", "LT", "LE", "GT", "GE"])
+def test_compare_corner_grid_host_equals_interpreter(direction, ct):
+    a, b = binary_grid(ct)
+    a, b = np.concatenate([a, a]), np.concatenate([b, a])    # equal pairs too
+    text = (f"HloModule c\n\nENTRY main {{\n  a = {ct}[{a.size}] parameter(0)\n  b = {ct}[{a.size}] parameter(1)\n"
+            f"  ROOT r = pred[{a.size}] compare(a, b), direction={direction}\n}}\n")
+    got, want = _run_both(text, [a, b])
+    assert got.dtype == bool and np.array_equal(got, want)
+    assert want.any() and not want.all()
 
 
 def test_filecheck_complex_multiply_ir():

@@ -4,14 +4,19 @@ XLA stores them).
 
 One function per opcode, registered in ``COMPLEX_OPS``; ``emit_complex_op`` is what the
 elemental emitter calls when an operand or the result of an instruction is complex. The
-formulas are those of XLA's ``ElementalIrEmitter`` (so results agree with XLA to the rounding
-of the libm/libdevice calls): multiply ``(ac - bd, ad + bc)``; divide by Smith's algorithm with
-XLA's zero/infinite corner cases; ``abs`` as ``max * sqrt(1 + (min/max)^2)`` (no overflow);
-``sign = z / |z|`` (0 at 0); ``exp``, ``expm1``, ``log`` (``log|z| + i atan2``), ``log1p``,
-``sqrt``/``rsqrt`` through the polar form with XLA's special values, ``tanh`` with its
-expm1-based form, ``power`` by ``(a^2+b^2)^(c/2) e^(-d t) (cos q + i sin q)``, ``sin``, ``cos``;
-``compare`` EQ (both parts equal) and NE (either differs); ``convert`` between c64 and c128 and
-from real types (imaginary part +0). Anything else on complex values is refused by name.
+formulas are those XLA emits (read from XLA:CPU's IR, jaxlib 0.10.2; ``interpreter/complex_math.py``
+computes the same in numpy), so results agree with XLA to the rounding of the libm/libdevice
+calls, special values and signed zeros included: multiply ``(ac - bd, ad + bc)``; divide by
+Smith's algorithm with XLA's zero/infinite corner cases; ``abs`` as ``max * sqrt(1 + (min/max)^2)``;
+``sign = z / |z|`` (``z`` itself at zero); ``exp``; ``expm1`` with XLA's cosm1 polynomial; ``log``
+(``log|z| + i atan2``); ``log1p`` through ``log1p`` of the larger part and of the squared ratio;
+``sqrt``/``rsqrt`` through the polar form with XLA's special values; ``sin``/``cos`` from one
+``exp``; ``tanh`` in its expm1 form with XLA's limits and ``tan(z) = -i tanh(iz)``; ``power`` in
+polar form with its six special cases; ``atan2(y, x) = -i log((x + iy) / sqrt(x^2 + y^2))`` and
+``logistic = 1 / (1 + exp(-z))`` composed of the complex ops above; ``compare`` EQ/NE part by part
+and LT/LE/GT/GE, ``maximum``/``minimum`` lexicographically as XLA emits them; ``convert`` between
+c64 and c128 and from real types (imaginary part +0). Anything else on complex values is refused
+by name.
 """
 from __future__ import annotations
 
@@ -52,6 +57,10 @@ class Cx:
 
     def c(self, value: float) -> ir.Constant:
         return ir.Constant(self.t, value)
+
+    def const(self, re: float, im: float) -> ir.Constant:
+        """The complex constant ``(re, im)``."""
+        return ir.Constant(_STRUCT[self.et], [self.c(re), self.c(im)])
 
     def math(self, name: str, *args: ir.Value) -> ir.Value:
         return self.target.math(self.b, name, list(args))
@@ -132,7 +141,11 @@ complex_op("real")(lambda cx, ops: cx.re(ops[0]))
 complex_op("imag")(lambda cx, ops: cx.im(ops[0]))
 complex_op("copy")(lambda cx, ops: ops[0])
 complex_op("select")(lambda cx, ops: cx.b.select(ops[0], ops[1], ops[2]))
-complex_op("negate")(lambda cx, ops: cx.make(cx.b.fneg(cx.re(ops[0])), cx.b.fneg(cx.im(ops[0]))))
+
+
+@complex_op("negate")
+def _negate(cx: Cx, ops: list[ir.Value]) -> ir.Value:
+    return cx.make(cx.b.fneg(cx.re(ops[0])), cx.b.fneg(cx.im(ops[0])))
 
 
 @complex_op("complex")
@@ -155,6 +168,17 @@ def _convert(cx: Cx, ops: list[ir.Value]) -> ir.Value:
     return out.make(emit_convert(cx.b, ops[0], src, part), out.c(0.0))
 
 
+_ORDERED = {"LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+
+
+def _order(cx: Cx, x: ir.Value, y: ir.Value, direction: str) -> ir.Value:
+    """XLA's LT/LE/GT/GE on complex values: ``(re_x == re_y and im_x OP im_y) or re_x OP re_y``
+    (ordered compares: false on NaN; ``re_x OP re_y`` alone decides for LE/GE with equal real parts)."""
+    b, op = cx.b, _ORDERED[direction]
+    same_re = cx.oeq(cx.re(x), cx.re(y))
+    return b.or_(b.and_(same_re, b.fcmp_ordered(op, cx.im(x), cx.im(y))), b.fcmp_ordered(op, cx.re(x), cx.re(y)))
+
+
 @complex_op("compare")
 def _compare(cx: Cx, ops: list[ir.Value]) -> ir.Value:
     b, (x, y) = cx.b, ops
@@ -163,8 +187,17 @@ def _compare(cx: Cx, ops: list[ir.Value]) -> ir.Value:
         return b.and_(cx.oeq(cx.re(x), cx.re(y)), cx.oeq(cx.im(x), cx.im(y)))
     if direction == "NE":
         return b.or_(b.fcmp_unordered("!=", cx.re(x), cx.re(y)), b.fcmp_unordered("!=", cx.im(x), cx.im(y)))
+    if direction in _ORDERED:
+        return _order(cx, x, y, direction)
     raise HloUnsupportedError(f"compare '{cx.inst.name}' direction {direction} is not defined on complex values",
                               cx.inst.location)
+
+
+@complex_op("maximum", "minimum")
+def _max_min(cx: Cx, ops: list[ir.Value]) -> ir.Value:
+    """``x`` where ``x GE y`` (``LE`` for minimum) in the order above, else ``y``: no NaN propagation."""
+    x, y = ops
+    return cx.sel(_order(cx, x, y, "GE" if cx.inst.opcode == "maximum" else "LE"), x, y)
 
 
 # ---- arithmetic -----------------------------------------------------------------------------
@@ -252,10 +285,13 @@ complex_op("abs")(lambda cx, ops: emit_complex_abs(cx, ops[0]))
 
 @complex_op("sign")
 def _sign(cx: Cx, ops: list[ir.Value]) -> ir.Value:
+    """``z / |z|`` part by part, ``z`` itself (its signed zeros kept) where both parts are zero."""
     b, z = cx.b, ops[0]
-    r = emit_complex_abs(cx, z)
+    re, im = cx.re(z), cx.im(z)
     zero = cx.c(0.0)
-    return cx.sel(cx.oeq(r, zero), cx.make(zero, zero), cx.make(b.fdiv(cx.re(z), r), b.fdiv(cx.im(z), r)))
+    at_zero = b.and_(cx.oeq(re, zero), cx.oeq(im, zero))
+    r = emit_complex_abs(cx, z)
+    return cx.sel(at_zero, z, cx.make(b.fdiv(re, r), b.fdiv(im, r)))
 
 
 # ---- exponentials and logarithms --------------------------------------------------------------
@@ -267,12 +303,34 @@ def _exp(cx: Cx, ops: list[ir.Value]) -> ir.Value:
     return cx.make(cx.b.fmul(e, cx.math("cos", im)), cx.b.fmul(e, cx.math("sin", im)))
 
 
+# XLA's cos(x) - 1 for x^2 < 0.61685: x^4 P(x^2) - x^2/2 by Horner's rule in fma (Cephes' coefficients,
+# rounded to the component type); cos(x) - 1 above.
+_COSM1_COEFFS = (4.737750796424621e-14, -1.147028484342536e-11, 2.087675428708152e-09, -2.755731921499979e-07,
+                 2.480158730157055e-05, -0.0013888888888888872, 0.041666666666666664)
+
+
+def _cosm1(cx: Cx, x: ir.Value) -> ir.Value:
+    b = cx.b
+    x2 = b.fmul(x, x)
+    x4 = b.fmul(x2, x2)
+    p = cx.c(_COSM1_COEFFS[0])
+    for coeff in _COSM1_COEFFS[1:]:
+        p = intrinsic(b, "fma", [p, x2, cx.c(coeff)])
+    small = b.fadd(b.fmul(x4, p), b.fmul(x2, cx.c(-0.5)))
+    return cx.sel(b.fcmp_ordered(">=", x2, cx.c(0.61685)), b.fadd(cx.math("cos", x), cx.c(-1.0)), small)
+
+
 @complex_op("exponential-minus-one")
 def _expm1(cx: Cx, ops: list[ir.Value]) -> ir.Value:
+    """``(expm1(a) (cosm1 b + 1) + cosm1 b, (expm1(a) + 1) sin b)``, imaginary part +0 where ``b`` is zero."""
     b = cx.b
-    e = cx.math("exp", cx.re(ops[0]))
-    im = cx.im(ops[0])
-    return cx.make(b.fsub(b.fmul(e, cx.math("cos", im)), cx.c(1.0)), b.fmul(e, cx.math("sin", im)))
+    a, bb = cx.re(ops[0]), cx.im(ops[0])
+    one = cx.c(1.0)
+    em1 = cx.math("expm1", a)
+    cm1 = _cosm1(cx, bb)
+    real = b.fadd(b.fmul(em1, b.fadd(cm1, one)), cm1)
+    imag = cx.sel(cx.oeq(bb, cx.c(0.0)), cx.c(0.0), b.fmul(b.fadd(em1, one), cx.math("sin", bb)))
+    return cx.make(real, imag)
 
 
 @complex_op("log")
@@ -284,11 +342,18 @@ def _log(cx: Cx, ops: list[ir.Value]) -> ir.Value:
 
 @complex_op("log-plus-one")
 def _log1p(cx: Cx, ops: list[ir.Value]) -> ir.Value:
-    b = cx.b
+    """log|1 + z| as ``log1p(hi - 1) + log1p((lo/hi)^2) / 2`` over ``hi, lo = max, min(|a + 1|, |b|)``
+    (``a`` itself for ``hi - 1`` where ``a + 1 > |b|``), ``lo`` where that is NaN; angle ``atan2(b, a + 1)``."""
+    b, part = cx.b, COMPONENT[cx.et]
     a, bb = cx.re(ops[0]), cx.im(ops[0])
-    sum_sq = b.fadd(b.fadd(b.fmul(a, a), b.fmul(cx.c(2.0), a)), b.fmul(bb, bb))
-    angle = cx.math("atan2", bb, b.fadd(a, cx.c(1.0)))
-    return cx.make(b.fmul(cx.c(0.5), cx.math("log1p", sum_sq)), angle)
+    one = cx.c(1.0)
+    a1 = b.fadd(a, one)
+    aa1, ab = cx.fabs(a1), cx.fabs(bb)
+    hi, lo = emit_max(b, aa1, ab, part), emit_min(b, aa1, ab, part)
+    hi_m1 = cx.sel(b.fcmp_ordered(">", a1, ab), a, b.fsub(hi, one))
+    ratio = b.fdiv(lo, hi)
+    r = b.fadd(b.fmul(cx.c(0.5), cx.math("log1p", b.fmul(ratio, ratio))), cx.math("log1p", hi_m1))
+    return cx.make(cx.sel(cx.uno(r), lo, r), cx.math("atan2", bb, a1))
 
 
 @complex_op("sqrt")
@@ -305,17 +370,16 @@ def _sqrt(cx: Cx, ops: list[ir.Value]) -> ir.Value:
     real = cx.sel(b.or_(cx.oeq(abs_b, inf), cx.oeq(a, inf)), inf,
                   cx.sel(b.and_(cx.oeq(a, cx.c(float("-inf"))), cx.one(abs_b, inf)), zero, b.fmul(r, cos)))
     imag = cx.sel(b.or_(cx.oeq(abs_b, inf), cx.oeq(a, cx.c(float("-inf")))), cx.copysign(inf, bb),
-                  cx.sel(cx.uno(r), nan, cx.sel(cx.oeq(sin, zero), sin, b.fmul(r, sin))))
+                  cx.sel(cx.uno(r), nan, cx.sel(cx.oeq(sin, zero), zero, b.fmul(r, sin))))
     return cx.sel(cx.oeq(r, zero), cx.make(zero, zero), cx.make(real, imag))
 
 
 @complex_op("rsqrt")
 def _rsqrt(cx: Cx, ops: list[ir.Value]) -> ir.Value:
     b, z = cx.b, ops[0]
-    one = cx.c(1.0)
     lo, hi, s = _abs_parts(cx, z)
-    rs = b.fmul(b.fdiv(one, cx.sqrt(hi)), b.fdiv(one, cx.sqrt(cx.sqrt(s))))
-    r = cx.sel(cx.uno(rs), b.fdiv(one, cx.sqrt(lo)), rs)
+    rs = b.fmul(cx.math("rsqrt", hi), cx.sqrt(cx.math("rsqrt", s)))
+    r = cx.sel(cx.uno(rs), cx.math("rsqrt", lo), rs)
     a, bb = cx.re(z), cx.im(z)
     t = b.fmul(cx.math("atan2", bb, a), cx.c(-0.5))
     cos, sin = cx.math("cos", t), cx.math("sin", t)
@@ -331,18 +395,36 @@ def _rsqrt(cx: Cx, ops: list[ir.Value]) -> ir.Value:
 
 @complex_op("power")
 def _power(cx: Cx, ops: list[ir.Value]) -> ir.Value:
-    """(a+bi)^(c+di) = (a²+b²)^(c/2) e^(-d·t) (cos q + i sin q), t = atan2(b, a),
-    q = c·t + d/2·ln(a²+b²); 0^(c+0i) is 1 for c = 0 and 0 for c > 0, as XLA has it."""
+    """(a+bi)^(c+di) = |z|^c e^(-d t) (cos q + i sin q), t = atan2(b, a), q = c t + d log|z|, then
+    XLA's special cases, the last selected winning: 0^(c >= 0 real) (1 for c = 0, else 0), x^0 = 1,
+    1^w = 1, inf^(c > 0 real) = inf, inf^(c < 0 real) = 0."""
     b = cx.b
     a, bb, c, d = cx.re(ops[0]), cx.im(ops[0]), cx.re(ops[1]), cx.im(ops[1])
-    zero, half, one = cx.c(0.0), cx.c(0.5), cx.c(1.0)
-    aa_bb = b.fadd(b.fmul(a, a), b.fmul(bb, bb))
+    zero, one, inf = cx.c(0.0), cx.c(1.0), cx.c(float("inf"))
+    r = emit_complex_abs(cx, ops[0])
     t = cx.math("atan2", bb, a)
-    coeff = b.fmul(cx.math("pow", aa_bb, b.fmul(half, c)), cx.math("exp", b.fmul(b.fneg(d), t)))
-    q = b.fadd(b.fmul(c, t), b.fmul(b.fmul(half, d), cx.math("log", aa_bb)))
-    general = cx.make(b.fmul(coeff, cx.math("cos", q)), b.fmul(coeff, cx.math("sin", q)))
-    zero_base = b.and_(b.and_(cx.oeq(aa_bb, zero), cx.oeq(d, zero)), b.fcmp_ordered("<=", zero, c))
-    return cx.sel(zero_base, cx.make(cx.sel(cx.oeq(zero, c), one, zero), zero), general)
+    coeff = b.fmul(cx.math("pow", r, c), cx.math("exp", b.fmul(b.fneg(d), t)))
+    q = b.fadd(b.fmul(c, t), b.fmul(d, cx.math("log", r)))
+    result = cx.make(b.fmul(coeff, cx.math("cos", q)), b.fmul(coeff, cx.math("sin", q)))
+    c_zero, d_zero, b_zero = cx.oeq(c, zero), cx.oeq(d, zero), cx.oeq(bb, zero)
+    unit, origin, infinity = cx.const(1.0, 0.0), cx.const(0.0, 0.0), cx.const(float("inf"), 0.0)
+    zero_base = b.and_(b.and_(cx.oeq(r, zero), d_zero), b.fcmp_ordered("<=", zero, c))
+    result = cx.sel(zero_base, cx.sel(c_zero, unit, origin), result)
+    result = cx.sel(b.and_(c_zero, d_zero), unit, result)
+    result = cx.sel(b.and_(cx.oeq(a, one), b_zero), unit, result)
+    inf_base = b.and_(cx.oeq(a, inf), b_zero)
+    result = cx.sel(b.and_(inf_base, b.and_(d_zero, b.fcmp_ordered(">", c, zero))), infinity, result)
+    return cx.sel(b.and_(inf_base, b.and_(d_zero, b.fcmp_ordered("<", c, zero))), origin, result)
+
+
+@complex_op("atan2")
+def _atan2(cx: Cx, ops: list[ir.Value]) -> ir.Value:
+    """atan2(y, x) = -i log((x + iy) / sqrt(x^2 + y^2)), every step one of XLA's complex ops (the
+    products by 0 and 1 included: they carry NaNs from infinite parts)."""
+    y, x = ops
+    s = _sqrt(cx, [_add(cx, [emit_complex_multiply(cx, x, x), emit_complex_multiply(cx, y, y)])])
+    iy = emit_complex_multiply(cx, cx.const(0.0, 1.0), y)
+    return emit_complex_multiply(cx, _log(cx, [_divide(cx, [_add(cx, [x, iy]), s])]), cx.const(0.0, -1.0))
 
 
 # ---- trigonometric and hyperbolic ---------------------------------------------------------------
@@ -370,29 +452,48 @@ def _sin(cx: Cx, ops: list[ir.Value]) -> ir.Value:
     return cx.make(b.fmul(sin_a, b.fadd(he, hen)), b.fmul(cos_a, b.fsub(he, hen)))
 
 
-@complex_op("tanh")
-def _tanh(cx: Cx, ops: list[ir.Value]) -> ir.Value:
-    """(e^2a - e^-2a + 2i sin 2b) / (e^2a + e^-2a + 2 cos 2b), through expm1, with XLA's limits."""
+def _tanh_parts(cx: Cx, a: ir.Value, bb: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """tanh(a + bi) = (e^2a - e^-2a + 2i sin 2b) / (e^2a + e^-2a + 2 cos 2b), through expm1, with XLA's
+    limits: +-1 where the exponentials overflow, NaN/0 where sin b is NaN, imaginary +0 where b is zero."""
     b = cx.b
-    a, bb = cx.re(ops[0]), cx.im(ops[0])
     neg_one, four, zero, inf = cx.c(-1.0), cx.c(4.0), cx.c(0.0), cx.c(float("inf"))
     two_a = b.fadd(a, a)
     e2a_m1 = cx.math("expm1", two_a)
     en2a_m1 = cx.math("expm1", b.fmul(neg_one, two_a))
     real_num = b.fsub(e2a_m1, en2a_m1)
     cos_b, sin_b = cx.math("cos", bb), cx.math("sin", bb)
-    two_cos_2b_p2 = b.fmul(b.fmul(cos_b, cos_b), four)
+    four_cos2_b = b.fmul(b.fmul(cos_b, cos_b), four)
     imag_num = b.fmul(four, b.fmul(cos_b, sin_b))
-    a_sq = b.fmul(a, a)
-    exp_sum_m2 = cx.sel(b.fcmp_ordered("<", a_sq, cx.c(1e-8)), a_sq, b.fadd(e2a_m1, en2a_m1))
-    denom = b.fadd(exp_sum_m2, two_cos_2b_p2)
+    exp_sum_m2 = b.fadd(e2a_m1, en2a_m1)
+    denom = b.fadd(exp_sum_m2, four_cos2_b)
     real = cx.sel(cx.oeq(exp_sum_m2, inf), cx.copysign(neg_one, a), b.fdiv(real_num, denom))
     imag = b.fdiv(imag_num, denom)
     a_inf = cx.oeq(cx.fabs(a), inf)
     sin_nan = cx.uno(imag_num)
     real = cx.sel(b.and_(sin_nan, b.not_(a_inf)), cx.c(float("nan")), real)
     imag = cx.sel(b.or_(cx.oeq(bb, zero), b.and_(a_inf, sin_nan)), zero, imag)
-    return cx.make(real, imag)
+    return real, imag
+
+
+@complex_op("tanh")
+def _tanh(cx: Cx, ops: list[ir.Value]) -> ir.Value:
+    return cx.make(*_tanh_parts(cx, cx.re(ops[0]), cx.im(ops[0])))
+
+
+@complex_op("tan")
+def _tan(cx: Cx, ops: list[ir.Value]) -> ir.Value:
+    """tan(x + iy) = -i tanh(-y + ix)."""
+    b, neg_one = cx.b, cx.c(-1.0)
+    re, im = _tanh_parts(cx, b.fmul(cx.im(ops[0]), neg_one), cx.re(ops[0]))
+    return cx.make(im, b.fmul(re, neg_one))
+
+
+@complex_op("logistic")
+def _logistic(cx: Cx, ops: list[ir.Value]) -> ir.Value:
+    """1 / (1 + exp(-z)) in complex ops (XLA's logistic expander)."""
+    unit = cx.const(1.0, 0.0)
+    e = _exp(cx, [_negate(cx, ops)])
+    return _divide(cx, [unit, _add(cx, [unit, e])])
 
 
 __all__ = ["COMPLEX_OPS", "COMPONENT", "Cx", "emit_complex_op", "emit_complex_abs", "emit_complex_multiply",
