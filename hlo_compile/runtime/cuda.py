@@ -26,6 +26,7 @@ from hlo_compile.hlo.errors import HloError
 
 JIT_LOG_BYTES = 64 * 1024
 _CUDA_ERROR_NO_DEVICE = 100
+_CUDA_ERROR_NOT_READY = 600
 
 
 class CudaError(HloError):
@@ -196,6 +197,35 @@ class CudaStream:
     release = destroy  # what CudaDevice.close calls
 
 
+class CudaEvent:
+    """A CUDA event (timing disabled: only ordering); ``destroy()`` is idempotent (the driver
+    releases a recorded event once its work completes)."""
+
+    def __init__(self, device: CudaDevice, handle: Any):
+        self.device, self.handle = device, handle
+
+    def record(self, stream: CudaStream | None) -> None:
+        """Mark what ``stream`` (None: the legacy stream) has queued so far."""
+        _call("cuEventRecord", self.handle, stream.handle if stream is not None else 0)
+
+    def query(self) -> bool:
+        """Whether the work the event marks is complete (``cuEventQuery``: NOT_READY is False)."""
+        code = int(driver_module().cuEventQuery(self.handle)[0])
+        if code == _CUDA_ERROR_NOT_READY:
+            return False
+        if code != 0:
+            raise CudaError.from_result("cuEventQuery", code)
+        return True
+
+    def destroy(self) -> None:
+        if self.handle is not None:
+            self.device.forget(self)
+            _call("cuEventDestroy", self.handle)
+            self.handle = None
+
+    release = destroy  # what CudaDevice.close calls
+
+
 class CudaGraph:
     """A captured and instantiated CUDA graph of ``node_count`` nodes (kernels and copies)."""
 
@@ -298,7 +328,8 @@ class CudaDevice:
         self.handle = _call("cuDeviceGet", ordinal)
         self.context = _call("cuDevicePrimaryCtxRetain", self.handle)
         # what close() still has to release, by kind in the order it releases them
-        self._live: dict[type, dict[int, Any]] = {CudaGraph: {}, CudaStream: {}, CudaModule: {}, DeviceBuffer: {}}
+        self._live: dict[type, dict[int, Any]] = {CudaGraph: {}, CudaEvent: {}, CudaStream: {}, CudaModule: {},
+                                                  DeviceBuffer: {}}
         try:
             self.make_current()
             self.name = _text(_call("cuDeviceGetName", 256, self.handle))
@@ -457,13 +488,28 @@ class CudaDevice:
         _call("cuCtxSynchronize")
 
     # -- streams and graphs --------------------------------------------------------------------
-    def create_stream(self) -> CudaStream:
+    def create_stream(self, non_blocking: bool = False) -> CudaStream:
         """A blocking stream (``CU_STREAM_DEFAULT``): the legacy stream's synchronous copies
-        still wait for its work, so downloads need no extra synchronisation."""
+        still wait for its work, so downloads need no extra synchronisation. ``non_blocking``
+        (``CU_STREAM_NON_BLOCKING``): no implicit ordering with the legacy stream at all, only
+        the events it is told to wait for (async pairs: the overlap XLA scheduled)."""
         d = driver_module()
-        stream = CudaStream(self, _call("cuStreamCreate", int(d.CUstream_flags.CU_STREAM_DEFAULT)))
+        flag = d.CUstream_flags.CU_STREAM_NON_BLOCKING if non_blocking else d.CUstream_flags.CU_STREAM_DEFAULT
+        stream = CudaStream(self, _call("cuStreamCreate", int(flag)))
         self._track(stream)
         return stream
+
+    def create_event(self) -> CudaEvent:
+        """An event for ordering only (``CU_EVENT_DISABLE_TIMING``: cheaper to record and wait on)."""
+        d = driver_module()
+        event = CudaEvent(self, _call("cuEventCreate", int(d.CUevent_flags.CU_EVENT_DISABLE_TIMING)))
+        self._track(event)
+        return event
+
+    def wait_event(self, stream: CudaStream | None, event: CudaEvent) -> None:
+        """Work queued on ``stream`` (None: the legacy stream) from now on waits for ``event``
+        (``cuStreamWaitEvent``; the host does not wait)."""
+        _call("cuStreamWaitEvent", stream.handle if stream is not None else 0, event.handle, 0)
 
     def capture_graph(self, stream: CudaStream, enqueue: Callable[[CudaStream], None]) -> CudaGraph:
         """Capture what ``enqueue(stream)`` queues on ``stream`` into an instantiated graph.

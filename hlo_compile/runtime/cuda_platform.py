@@ -1,10 +1,23 @@
 """The ``cuda`` platform: the module's PTX (the pipeline's ``ptx`` stage, for the arch of the
 GPU that is there) loaded once through our thin driver layer (``runtime/cuda.py``); buffers
-live on the device. cuda-python itself is imported by ``runtime/cuda.py`` only when used."""
+live on the device. cuda-python itself is imported by ``runtime/cuda.py`` only when used.
+
+Async pairs (``async_steps.py``): the work between ``async_begin`` and ``async_end`` goes on a
+side stream of its own (non-blocking, so nothing but events orders it against the main
+queue), after an event recorded on the main queue; ``async_end`` records a done event on the
+side stream, and ``async_wait`` (the ``-done``) makes the main queue wait for it on the GPU:
+the host never blocks, so the main queue's work issued between start and done overlaps the
+side stream's, as XLA scheduled. A side stream goes back to a pool once the main queue waits
+for it (work queued on it later is ordered after its old work anyway). A buffer freed while
+side work may still read it (inside a region, or while a region is unfinished) is freed only
+once every region's done event has completed (``cuEventQuery``) or at ``synchronize``.
+A download inside a region first waits for the side stream (the legacy stream's synchronous
+copy would not), and an upload there waits for the legacy stream's copy."""
 from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -14,9 +27,19 @@ from ..hlo.errors import HloUnsupportedError
 from ..hlo.shape import Shape
 from ..options import CompileOptions
 from ..stages import Stage, StageOutput
-from .cuda import CudaDevice, available
+from .cuda import CudaDevice, CudaEvent, CudaStream, available
 from .physical import buffer_bytes, storage_dtype
 from .platform import KERNELS, Platform
+
+
+@dataclass
+class AsyncRegion:
+    """One async start's side work: its stream, the queue it was issued from, its done event."""
+
+    stream: CudaStream
+    outer: Any  # the main queue at the start (None: the legacy stream)
+    done: CudaEvent | None = None
+    waited: bool = False
 
 
 class CudaPlatform(Platform):
@@ -33,7 +56,11 @@ class CudaPlatform(Platform):
         self.stream = None  # created for the first graph
         self.notes: list[str] = []  # what the platform decided for the user (printed by hlo-run)
         self._queue = None  # where launches and copies go: None, the legacy stream (synchronous
-        # copies), or the stream a graph is being captured on
+        # copies), the stream a graph is being captured on, or an async region's side stream
+        self._open: list[AsyncRegion] = []  # regions being issued (nested: innermost last)
+        self._unfinished: list[AsyncRegion] = []  # ended, their done event not known complete
+        self._idle_streams: list[CudaStream] = []  # side streams the main queue has waited for
+        self._deferred_frees: list[Any] = []  # buffers side work may still read
 
     def compile_options(self, options: CompileOptions) -> CompileOptions:
         """Launch heuristics and PTX for the GPU that is there; library calls whose library
@@ -59,7 +86,10 @@ class CudaPlatform(Platform):
         return StageOutput(kernels, seconds={"cuda-load": time.perf_counter() - t0})
 
     def upload(self, physical: np.ndarray) -> Any:
-        return self.device.to_device(np.ascontiguousarray(physical))
+        buf = self.device.to_device(np.ascontiguousarray(physical))
+        if self._open:  # the side stream is not ordered after the legacy stream's copy
+            self.device.synchronize()
+        return buf
 
     def allocate(self, shape: Shape) -> Any:
         return self.device.alloc(buffer_bytes(shape))
@@ -67,11 +97,13 @@ class CudaPlatform(Platform):
     def download(self, data: Any, shape: Shape) -> np.ndarray:
         out = np.empty(buffer_bytes(shape) // storage_dtype(shape.element_type).itemsize,
                        dtype=storage_dtype(shape.element_type))
+        if self._open:  # the value may come from work queued on the side stream
+            self._open[-1].stream.synchronize()
         return self.device.copy_to_host(data, out)
 
     def launch(self, kernel: Any, plan: KernelPlan, buffers: Sequence[Any]) -> None:
-        l = plan.launch
-        self.device.launch(kernel, l.grid, l.block, list(buffers), shared_bytes=l.shared_bytes,
+        grid = plan.launch
+        self.device.launch(kernel, grid.grid, grid.block, list(buffers), shared_bytes=grid.shared_bytes,
                            stream=self._queue or 0)
 
     def copy(self, dst: Any, src: Any, shape: Shape) -> None:
@@ -79,9 +111,77 @@ class CudaPlatform(Platform):
 
     def synchronize(self) -> None:
         self.device.synchronize()
+        for region in self._unfinished:
+            self._finish(region)
+        self._unfinished = []
+        self._release_deferred()
 
     def write(self, data: Any, physical: np.ndarray) -> None:
         self.device.copy_into(data, physical)
+        if self._open:
+            self.device.synchronize()
+
+    def free(self, data: Any) -> None:
+        if self._open or self._unfinished:
+            self._deferred_frees.append(data)
+        else:
+            super().free(data)
+
+    # ---- async pairs ----------------------------------------------------------------------------
+    def async_begin(self) -> AsyncRegion:
+        outer = self._queue
+        stream = self._idle_streams.pop() if self._idle_streams else self.device.create_stream(non_blocking=True)
+        ready = self.device.create_event()
+        ready.record(outer)  # what the main queue has issued so far...
+        self.device.wait_event(stream, ready)  # ...comes before the side work
+        ready.destroy()  # released by the driver once recorded work completes
+        region = AsyncRegion(stream, outer)
+        self._open.append(region)
+        self._queue = stream
+        return region
+
+    def async_end(self, handle: Any) -> None:
+        region = handle
+        if not self._open or self._open[-1] is not region:
+            raise RuntimeError("async_end of a region that is not the innermost open one")
+        region.done = self.device.create_event()
+        region.done.record(region.stream)
+        self._open.pop()
+        self._queue = region.outer
+        self._unfinished.append(region)
+
+    def async_wait(self, handle: Any) -> None:
+        """The main queue waits for ``handle``'s done event (None: for every region not waited
+        for yet: a start whose value crossed a loop or a tuple)."""
+        regions = [handle] if handle is not None else [r for r in self._unfinished if not r.waited]
+        for region in regions:
+            if region.waited or region.done is None:
+                continue
+            self.device.wait_event(self._queue, region.done)
+            region.waited = True
+            self._idle_streams.append(region.stream)
+        still = []
+        for region in self._unfinished:
+            if region.waited and region.done.query():
+                self._finish(region)
+            else:
+                still.append(region)
+        self._unfinished = still
+        self._release_deferred()
+
+    def _finish(self, region: AsyncRegion) -> None:
+        if not region.waited:  # never waited for (synchronize covers it): its stream is free again
+            region.waited = True
+            self._idle_streams.append(region.stream)
+        if region.done is not None:
+            region.done.destroy()
+
+    def _release_deferred(self) -> None:
+        if self._open or self._unfinished:
+            return
+        frees, self._deferred_frees = self._deferred_frees, []
+        for data in frees:
+            super().free(data)
 
     def build_graph(self, ops: Sequence[Any]) -> Any:
         """Stream capture of the recorded launches and copies, on a stream of our own (the
