@@ -22,6 +22,7 @@ from hlo_compile.options import CompileOptions
 from hlo_compile.runtime.executable import compile_executable
 from hlo_compile.targets.host import HostTarget
 
+from codegen_helpers import emit_stage, filecheck
 from complex_grid import binary_grid, corners, random_values
 
 REAL = {"c64": "f32", "c128": "f64"}
@@ -352,6 +353,35 @@ def test_filecheck_complex_multiply_ir():
         m = re.compile(check).search(ir_text, pos)
         assert m is not None, f"CHECK not found after offset {pos}: {check}\n--- IR ---\n{ir_text}"
         pos = m.end()
+
+
+def test_filecheck_complex_compare_lt_ir(tmp_path):
+    """The IR of a c64 compare LT: both structs loaded, XLA's lexicographic order from the parts
+    (re_a == re_b and im_a < im_b) or re_a < re_b in ordered compares (false on NaN), the pred stored
+    as one byte."""
+    text = ("HloModule m\n\nENTRY main {\n  a = c64[16] parameter(0)\n  b = c64[16] parameter(1)\n"
+            "  ROOT r = pred[16] compare(a, b), direction=LT\n}\n")
+    filecheck(emit_stage(text, "llvm"), """
+CHECK:      define ptx_kernel void @r(
+CHECK:      [[A:%[^ ]+]] = load { float, float }, ptr
+CHECK:      [[B:%[^ ]+]] = load { float, float }, ptr
+CHECK:      [[LT:%[^ ]+]] = call i1 @r_r(ptr {{.*}}, { float, float } [[A]], { float, float } [[B]])
+CHECK:      [[BYTE:%[^ ]+]] = zext i1 [[LT]] to i8
+CHECK:      store i8 [[BYTE]], ptr
+CHECK:      define internal i1 @r_r(ptr {{.*}}, { float, float } [[X:%[^ ,)]+]], { float, float } [[Y:%[^ ,)]+]])
+CHECK:      [[XR:%[^ ]+]] = extractvalue { float, float } [[X]], 0
+CHECK-NEXT: [[YR:%[^ ]+]] = extractvalue { float, float } [[Y]], 0
+CHECK-NEXT: [[SAME:%[^ ]+]] = fcmp oeq float [[XR]], [[YR]]
+CHECK-NEXT: [[XI:%[^ ]+]] = extractvalue { float, float } [[X]], 1
+CHECK-NEXT: [[YI:%[^ ]+]] = extractvalue { float, float } [[Y]], 1
+CHECK-NEXT: [[IMLT:%[^ ]+]] = fcmp olt float [[XI]], [[YI]]
+CHECK-NEXT: [[TIE:%[^ ]+]] = and i1 [[SAME]], [[IMLT]]
+CHECK-NEXT: [[XR2:%[^ ]+]] = extractvalue { float, float } [[X]], 0
+CHECK-NEXT: [[YR2:%[^ ]+]] = extractvalue { float, float } [[Y]], 0
+CHECK-NEXT: [[RELT:%[^ ]+]] = fcmp olt float [[XR2]], [[YR2]]
+CHECK-NEXT: [[R:%[^ ]+]] = or i1 [[TIE]], [[RELT]]
+CHECK-NEXT: ret i1 [[R]]
+""", tmp_path)
 
 
 def test_scatter_c128_multiply_is_refused_by_name():
