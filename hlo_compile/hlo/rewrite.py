@@ -296,10 +296,12 @@ def replace_instructions(comp: HloComputation, replacements: Mapping[HloInstruct
     if len(replacements) <= _FEW and not any(v in replacements for v in replacements.values()):
         insts = comp.instructions  # a few: found and placed by scans in C, not a rebuilt list
         before_len = len(insts)
-        for old in sorted(replacements, key=insts.index):
-            new, at = replacements[old], insts.index(old)
+        deleted = 0  # in order of place, each found once: a deletion shifts only the later ones
+        for pos, old in sorted(((insts.index(old), old) for old in replacements), key=lambda t: t[0]):
+            new, at = replacements[old], pos - deleted
             if new in insts:
                 del insts[at]
+                deleted += 1
             else:
                 insts[at] = new
         _kept_holders(comp, before_len)  # (a value with control predecessors moved the epoch)
