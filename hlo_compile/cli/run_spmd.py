@@ -5,7 +5,8 @@ Every participant runs the module on its own inputs: ``p{k}.arg{i}`` from ``--in
 where present, else the shared ``arg{i}``; generated inputs differ per participant (seed + k).
 Each participant's results are compared with the reference's for the same participant, and
 written as ``p{k}.out{j}``. The interpreter and the host run every participant in this process
-(one thread each); cuda needs one GPU per participant.
+(one thread each); cuda needs one GPU per participant: one process per GPU, spawned, or the
+ranks of an MPI launcher (``mpirun -n R*P hlo-run --platform=cuda ...``; rank 0 writes).
 """
 from __future__ import annotations
 
@@ -44,6 +45,13 @@ def _runner(platform: str, module, world: World, s) -> Callable[[list, int | Non
     return lambda args, seed: run(args)
 
 
+def _lead(platform: str) -> bool:
+    if platform != "cuda":
+        return True
+    from ..runtime.spmd_run import lead_process
+    return lead_process()
+
+
 def run_spmd(module, s, world: World, compare: Callable, rule_text: Callable, rng_seed: Callable) -> int:
     """Run ``module`` on every participant of ``world`` per ``s`` (hlo-run's ``RunSettings``);
     ``compare``, ``rule_text``, ``rng_seed``: hlo-run's own. Returns the exit status."""
@@ -75,7 +83,7 @@ def run_spmd(module, s, world: World, compare: Callable, rule_text: Callable, rn
             if not cmp.ok:
                 failures += 1
                 click.echo(f"participant {k}:\n{cmp.report()}", err=True)
-    if s.output_literals:
+    if s.output_literals and _lead(s.platform):  # under MPI every rank has every result: rank 0 writes
         try:
             literals.save_participant_outputs(s.output_literals, results)
         except OSError as e:

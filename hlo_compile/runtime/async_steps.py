@@ -116,6 +116,13 @@ class RngGetAndUpdateState(Step):
         frame.values[self.inst] = out
 
 
+def _refuse_on_device(inst: HloInstruction, me: Any) -> None:
+    if me.communicator.on_device and me.world.size > 1:
+        where = f" (line {inst.location.line})" if inst.location else ""
+        raise HloUnsupportedError(f"{inst.opcode} '%{inst.name}'{where}: send/recv between several GPUs (NCCL) are "
+                                  "not supported yet; run it with --platform=host or interpreter", inst.location)
+
+
 def _peer(inst: HloInstruction, source: int, target: int) -> tuple:
     return ("p2p", inst.attr("channel_id", 0), source, target)
 
@@ -124,6 +131,7 @@ class Send(Step):
     def run(self, platform: Platform, frame: Frame) -> None:
         inst = self.inst
         me = participant_of(frame.resources)
+        _refuse_on_device(inst, me)
         data = frame.values[inst.operands[0]]
         if has_send_recv_pairs(inst):
             host = np.asarray(download_value(platform, data))
@@ -147,6 +155,7 @@ class RecvDone(Step):
     def run(self, platform: Platform, frame: Frame) -> None:
         recv = self.inst.operands[0]
         me = participant_of(frame.resources)
+        _refuse_on_device(self.inst, me)
         shape = recv.shape.tuple_shapes[0]
         source = permute_sources(recv, me.world, frontend=True).get(me.me) if has_send_recv_pairs(recv) else None
         if source is None:

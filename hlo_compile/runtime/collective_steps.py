@@ -90,18 +90,43 @@ class Collective(Step):
     def run(self, platform: Platform, frame: Frame) -> None:
         inst = self.inst
         me = participant_of(frame.resources)
-        mine = [np.asarray(download_value(platform, frame.values[o])) for o in inst.operands]
-        everyone = me.all_values(mine, where(inst))
-        outs = self.results(me.me, me.world, everyone)
         shapes = self._result_shapes()
-        for x, s in zip(outs, shapes):
-            if tuple(x.shape) != tuple(s.dimensions):
-                raise HloUnsupportedError(f"{where(inst)}: its groups give a result of shape {list(x.shape)}, but it "
-                                          f"declares {s.to_text(False)} (a group of another size?)", inst.location)
-        bufs = [_upload(platform, frame, x.astype(numpy_dtype(s.element_type), copy=False), s)
-                for x, s in zip(outs, shapes)]
+        if me.communicator.on_device:  # NCCL: the communicator moves the buffers itself
+            self._check_group_sizes(me)
+            bufs = me.communicator.collective(inst, self.opcode, platform, [frame.values[o] for o in inst.operands],
+                                              shapes)
+            for b in bufs:
+                frame.own(b)
+        else:
+            mine = [np.asarray(download_value(platform, frame.values[o])) for o in inst.operands]
+            everyone = me.all_values(mine, where(inst))
+            outs = self.results(me.me, me.world, everyone)
+            for x, s in zip(outs, shapes):
+                self._check_shape(tuple(x.shape), s)
+            bufs = [_upload(platform, frame, x.astype(numpy_dtype(s.element_type), copy=False), s)
+                    for x, s in zip(outs, shapes)]
         result = bufs[0] if len(bufs) == 1 else bufs
         frame.values[inst] = self._start_value(platform, frame, result)
+
+    def _check_shape(self, got: tuple, s) -> None:
+        if got != tuple(s.dimensions):
+            raise HloUnsupportedError(f"{where(self.inst)}: its groups give a result of shape {list(got)}, but it "
+                                      f"declares {s.to_text(False)} (a group of another size?)", self.inst.location)
+
+    def _check_group_sizes(self, me) -> None:
+        """What ``results`` checks on the host, checked before NCCL moves anything: the result
+        shapes the group size gives."""
+        if self.opcode == "collective-permute":
+            return
+        n = len(group_of(participant_groups(self.inst, me.world), me.me))
+        d = self.inst.dimensions[0] if self.inst.dimensions else None
+        for op, s in zip(self.inst.operands, self._result_shapes()):
+            dims = list(op.shape.dimensions)
+            if self.opcode == "all-gather":
+                dims[d] *= n
+            elif self.opcode == "reduce-scatter":
+                dims[d] //= n
+            self._check_shape(tuple(dims), s)
 
     def _result_shapes(self) -> list:
         s = self.inst.shape

@@ -45,11 +45,11 @@ class AsyncRegion:
 class CudaPlatform(Platform):
     name = "cuda"
 
-    def __init__(self) -> None:
-        ok, why = available()
+    def __init__(self, ordinal: int = 0) -> None:
+        ok, why = available(ordinal)
         if not ok:
             raise HloUnsupportedError(f"platform 'cuda' is not available here: {why}")
-        self.device = CudaDevice()
+        self.device = CudaDevice(ordinal)
         self.arch = self.device.arch
         self.module = None
         self.ptx = ""
@@ -126,6 +126,10 @@ class CudaPlatform(Platform):
             self._deferred_frees.append(data)
         else:
             super().free(data)
+
+    def nccl_stream(self) -> int:
+        """The handle of the queue work is issued on now, as NCCL takes it (0: the legacy stream)."""
+        return int(self._queue.handle) if self._queue is not None else 0
 
     # ---- async pairs ----------------------------------------------------------------------------
     def async_begin(self) -> AsyncRegion:

@@ -13,6 +13,7 @@ each other are an error, never a hang (running them: ``spmd_run.py``). cuda: one
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -25,7 +26,38 @@ class PeerFailed(HloError):
     """Raised in a waiting participant when another failed."""
 
 
-class HostCommunicator:
+class Communicator(ABC):
+    """How one participant reaches the others. Two implementations: ``HostCommunicator``
+    (every participant in this process; the collective steps exchange host arrays through
+    ``all_values`` and compute XLA's results themselves) and ``nccl_comm.NcclCommunicator``
+    (``on_device``: one process per GPU; the steps hand it their buffers, ``collective``)."""
+
+    on_device = False
+
+    @abstractmethod
+    def all_values(self, me: int, seq: int, value: Any, what: str) -> list[Any]:
+        """Every participant's ``value`` for collective number ``seq``, by flattened id."""
+
+    @abstractmethod
+    def send(self, key: tuple, value: Any) -> None:
+        """Post ``value`` for the receiver of ``key``."""
+
+    @abstractmethod
+    def recv(self, me: int, key: tuple, what: str) -> Any:
+        """The value posted for ``key`` (waits for it)."""
+
+    def collective(self, inst: Any, opcode: str, platform: Any, operands: list[Any], shapes: list[Any]) -> list[Any]:
+        """(``on_device`` communicators) the result buffers of a collective on my operands."""
+        raise NotImplementedError
+
+    def finished(self, me: int) -> None:
+        """Participant ``me`` ran to its end."""
+
+    def failed(self, error: BaseException) -> None:
+        """A participant failed: the others stop waiting."""
+
+
+class HostCommunicator(Communicator):
     """Every participant's contribution to the n-th collective, by flattened id."""
 
     def __init__(self, world: World):

@@ -1,0 +1,460 @@
+"""Collectives through NCCL (runtime/nccl_comm.py) and the one-process-per-GPU launchers
+(runtime/spmd_run.py), without a GPU or nccl4py: a fake ``nccl.core`` moves bytes between
+participant threads over host memory with NCCL's semantics (collectives rendezvous; send/recv
+FIFO per pair, grouped sends posted before receives), and logs every call. The host platform's
+buffers stand in for device memory, so an SPMD module runs end to end through the NCCL path and
+must equal the interpreter; the log checks argument order, dtype and op mapping, grouping and
+sub-communicators."""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import enum
+import sys
+import threading
+import types
+
+import numpy as np
+import pytest
+
+from hlo_compile import parse_module
+from hlo_compile.hlo.collective_groups import World, world_of
+from hlo_compile.hlo.errors import HloError, HloUnsupportedError
+from hlo_compile.interpreter.evaluator import evaluate_spmd
+from hlo_compile.runtime import literals, spmd_run
+from hlo_compile.runtime.executable import compile_executable
+from hlo_compile.runtime.nccl_comm import NcclCommunicator, check_cuda_participants
+from hlo_compile.runtime.participants import SpmdResources
+
+
+class RedOp(enum.IntEnum):
+    SUM = 0
+    PROD = 1
+    MAX = 2
+    MIN = 3
+    AVG = 4
+
+
+_REDUCE = {RedOp.SUM: np.add, RedOp.PROD: np.multiply, RedOp.MAX: np.maximum, RedOp.MIN: np.minimum}
+_local = threading.local()
+
+
+def _array(buf) -> tuple[int, int, np.dtype]:
+    cai = buf.__cuda_array_interface__
+    dtype = np.dtype(cai["typestr"])
+    return cai["data"][0], cai["shape"][0], dtype
+
+
+def _read(buf) -> np.ndarray:
+    ptr, count, dtype = _array(buf)
+    return np.frombuffer(ctypes.string_at(ptr, count * dtype.itemsize), dtype).copy()
+
+
+def _write(buf, values: np.ndarray) -> None:
+    ptr, count, dtype = _array(buf)
+    data = np.ascontiguousarray(values, dtype)
+    assert data.size <= count
+    ctypes.memmove(ptr, data.ctypes.data, data.nbytes)
+
+
+class FakeWorld:
+    """What the ranks of one (fake) communicator share."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.barrier = threading.Barrier(n, timeout=60)
+        self.lock = threading.Condition()
+        self.slots: dict[int, dict[int, object]] = {}
+        self.mail: dict[tuple, list] = {}
+        self.subs: dict[tuple, FakeWorld] = {}
+
+
+class FakeComm:
+    log: list[tuple] = []
+
+    def __init__(self, world: FakeWorld, rank: int, name: str = "world", who: int | None = None):
+        self.world, self.rank, self.name, self.seq = world, rank, name, 0
+        self.who = rank if who is None else who  # the participant (world rank) it belongs to
+
+    @classmethod
+    def init(cls, nranks: int, rank: int, unique_id):
+        worlds = FAKE.worlds
+        with FAKE.lock:
+            world = worlds.setdefault(unique_id, FakeWorld(nranks))
+        return cls(world, rank)
+
+    @property
+    def nranks(self) -> int:
+        return self.world.n
+
+    def _log(self, *entry) -> None:
+        with FAKE.lock:
+            FakeComm.log.append((self.name, self.who) + entry)
+
+    def _everyone(self, payload) -> dict[int, object]:
+        w, seq = self.world, self.seq
+        self.seq += 1
+        with w.lock:
+            w.slots.setdefault(seq, {})[self.rank] = payload
+        w.barrier.wait()
+        return w.slots[seq]
+
+    def _done(self) -> None:
+        self.world.barrier.wait()
+
+    def _run(self, kind, *args, stream=0):
+        pending = getattr(_local, "group", None)
+        if pending is not None:
+            pending.append((self, kind, args, stream))
+        else:
+            self._do(kind, args, stream)
+
+    def _do(self, kind, args, stream):
+        self._log(kind, stream, *[(_array(a)[1], _array(a)[2].str) if hasattr(a, "__cuda_array_interface__")
+                                  else a for a in args])
+        if kind == "send":
+            buf, peer = args
+            with self.world.lock:
+                self.world.mail.setdefault((self.rank, peer), []).append(_read(buf))
+                self.world.lock.notify_all()
+            return
+        if kind == "recv":
+            buf, peer = args
+            with self.world.lock:
+                self.world.lock.wait_for(lambda: self.world.mail.get((peer, self.rank)), timeout=60)
+                _write(buf, self.world.mail[(peer, self.rank)].pop(0))
+            return
+        everyone = self._everyone(_read(args[0]))
+        values = [everyone[r] for r in range(self.world.n)]
+        if kind == "allreduce":
+            _write(args[1], _fold(values, args[2]))
+        elif kind == "reduce_scatter":
+            block = values[0].size // self.world.n
+            _write(args[1], _fold(values, args[2])[self.rank * block:(self.rank + 1) * block])
+        elif kind == "allgather":
+            _write(args[1], np.concatenate(values))
+        elif kind == "broadcast":
+            _write(args[1], values[args[2]])
+        self._done()
+
+    def allreduce(self, send, recv, op, *, stream=None):
+        self._run("allreduce", send, recv, op, stream=stream)
+
+    def reduce_scatter(self, send, recv, op, *, stream=None):
+        self._run("reduce_scatter", send, recv, op, stream=stream)
+
+    def allgather(self, send, recv, *, stream=None):
+        self._run("allgather", send, recv, stream=stream)
+
+    def broadcast(self, send, recv, root, *, stream=None):
+        self._run("broadcast", send, recv, root, stream=stream)
+
+    def send(self, buf, peer, *, stream=None):
+        self._run("send", buf, peer, stream=stream)
+
+    def recv(self, buf, peer, *, stream=None):
+        self._run("recv", buf, peer, stream=stream)
+
+    def split(self, color: int, key: int):
+        everyone = self._everyone((color, key))
+        members = sorted((k, r) for r, (c, k) in everyone.items() if c == color)
+        with self.world.lock:
+            sub = self.world.subs.setdefault((self.seq, color), FakeWorld(len(members)))
+        self._done()
+        self._log("split", color, key)
+        return FakeComm(sub, [r for _, r in members].index(self.rank), f"split{color}", self.who)
+
+
+def _fold(values: list[np.ndarray], op) -> np.ndarray:
+    out = values[0]
+    for v in values[1:]:
+        out = _REDUCE[RedOp(op)](out, v)
+    return out
+
+
+@contextlib.contextmanager
+def _group():
+    outer = getattr(_local, "group", None)
+    if outer is not None:  # nested: part of the outer group
+        yield
+        return
+    _local.group = []
+    try:
+        yield
+        ops = _local.group
+    finally:
+        _local.group = None
+    FakeComm.log.append(("group", len(ops)))
+    # NCCL's promise for a group: no operation of it waits before all are posted
+    for comm, kind, args, stream in [o for o in ops if o[1] == "send"] + [o for o in ops if o[1] != "send"]:
+        comm._do(kind, args, stream)
+
+
+FAKE = types.SimpleNamespace(NcclRedOp=RedOp, Communicator=FakeComm, group=_group,
+                             get_unique_id=lambda: object(), worlds={}, lock=threading.Lock())
+
+
+def run_through_fake_nccl(module, world: World, args: list) -> list:
+    """Every participant in a thread of its own (no baton: NCCL does not serialise them), each
+    with an ``NcclCommunicator`` over the fake, on the host platform."""
+    exe = compile_executable(module, "host")
+    exe.build_programs()
+    uid = object()
+    results: list = [None] * world.size
+    errors: list = []
+
+    def run(k: int) -> None:
+        try:
+            comm = NcclCommunicator(FAKE, FakeComm.init(world.size, k, uid), world, k)
+            res = SpmdResources(exe.kernels, exe.constants, world, k, comm)
+            results[k] = spmd_run.run_one(exe, res, exe.upload_arguments(args[k]))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+            for w in FAKE.worlds.values():
+                w.barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(world.size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0])
+    return results
+
+
+@pytest.fixture(autouse=True)
+def _fresh_log():
+    FakeComm.log.clear()
+    FAKE.worlds.clear()
+    yield
+
+
+ADD = """add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT m = f32[] maximum(a, b)
+}
+
+and {
+  a = pred[] parameter(0)
+  b = pred[] parameter(1)
+  ROOT m = pred[] and(a, b)
+}
+
+cadd {
+  a = c64[] parameter(0)
+  b = c64[] parameter(1)
+  ROOT s = c64[] add(a, b)
+}
+"""
+
+SPMD = f"""HloModule nccl_spmd, replica_count=2, num_partitions=2
+
+{ADD}
+ENTRY main {{
+  x = f32[4,6]{{1,0}} parameter(0)
+  y = f32[8]{{0}} parameter(1)
+  p = pred[8]{{0}} parameter(2)
+  c = c64[3]{{0}} parameter(3)
+  e = f32[4,6]{{1,0}} exponential(x)
+  r = f32[4,6]{{1,0}} all-reduce(e), channel_id=1, replica_groups={{{{0,2}},{{1,3}}}}, use_global_device_ids=true,
+    to_apply=add
+  rt = f32[4,6]{{0,1}} all-reduce(x), channel_id=2, replica_groups={{{{0,1,2,3}}}}, use_global_device_ids=true,
+    to_apply=max
+  ra = pred[8]{{0}} all-reduce(p), channel_id=3, replica_groups={{{{0,1,2,3}}}}, use_global_device_ids=true,
+    to_apply=and
+  rc = c64[3]{{0}} all-reduce(c), channel_id=4, replica_groups={{{{0,1,2,3}}}}, use_global_device_ids=true,
+    to_apply=cadd
+  g = f32[4,12]{{1,0}} all-gather(r), replica_groups={{{{0,1}}}}, dimensions={{1}}
+  gs = (f32[8]{{0}}, f32[16]{{0}}) all-gather-start(y), replica_groups={{{{0,1}}}}, dimensions={{0}}
+  gd = f32[16]{{0}} all-gather-done(gs)
+  rs = f32[4,3]{{1,0}} reduce-scatter(x), channel_id=5, replica_groups={{{{0,1}},{{2,3}}}}, use_global_device_ids=true,
+    dimensions={{1}}, to_apply=add
+  a2a = f32[4,6]{{1,0}} all-to-all(x), channel_id=6, replica_groups={{{{0,1}}}}, dimensions={{0}}
+  t2a = (f32[8]{{0}}, f32[8]{{0}}) all-to-all(y, y), channel_id=7, replica_groups={{{{0,1}}}}
+  t0 = f32[8]{{0}} get-tuple-element(t2a), index=0
+  pp = f32[8]{{0}} collective-permute(y), channel_id=8, source_target_pairs={{{{0,1}},{{1,0}}}}
+  one = f32[8]{{0}} collective-permute(y), channel_id=9, source_target_pairs={{{{1,0}}}}
+  cb = f32[8]{{0}} collective-broadcast(y), replica_groups={{{{1,0}}}}
+  pid = u32[] partition-id()
+  ROOT o = tuple(r, rt, ra, rc, g, gd, rs, a2a, t0, pp, one, cb, pid)
+}}
+"""
+
+
+def _args(world: World, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    return [[rng.standard_normal((4, 6)).astype(np.float32), rng.standard_normal(8).astype(np.float32),
+             rng.random(8) < 0.8, (rng.standard_normal(3) + 1j * rng.standard_normal(3)).astype(np.complex64)]
+            for _ in range(world.size)]
+
+
+def test_every_collective_through_nccl_equals_the_interpreter():
+    module = parse_module(SPMD)
+    world = world_of(module)
+    args = _args(world)
+    want = evaluate_spmd(module, lambda k: args[k], world)
+    got = run_through_fake_nccl(module, world, args)
+    for k in range(world.size):
+        w, g = literals.flatten(want[k]), literals.flatten(got[k])
+        assert len(w) == len(g) == 13
+        for i, (a, b) in enumerate(zip(w, g)):
+            assert a.dtype == b.dtype and a.shape == b.shape, (k, i)
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=f"participant {k}, output {i}")
+
+
+def _calls(kind: str, rank: int = 0) -> list[tuple]:
+    return [e for e in FakeComm.log if len(e) > 2 and e[2] == kind and e[1] == rank]
+
+
+def test_argument_order_dtypes_ops_groups_and_sub_communicators():
+    module = parse_module(SPMD)
+    world = world_of(module)
+    run_through_fake_nccl(module, world, _args(world))
+    reduces = _calls("allreduce")
+    # r (sub-communicator of {0,2}, in place on the buffers, layouts equal): 24 f32, SUM
+    assert reduces[0][0].startswith("split") and reduces[0][4:] == ((24, "<f4"), (24, "<f4"), RedOp.SUM)
+    # rt: its result layout differs from its operand's: staged, as the logical row-major array
+    assert reduces[1][0] == "world" and reduces[1][4:] == ((24, "<f4"), (24, "<f4"), RedOp.MAX)
+    assert reduces[2][4:] == ((8, "|u1"), (8, "|u1"), RedOp.MIN)  # pred and = MIN of bytes
+    assert reduces[3][4:] == ((6, "<f4"), (6, "<f4"), RedOp.SUM)  # c64 add = the sum of its floats
+    (rs,) = _calls("reduce_scatter")
+    assert rs[0].startswith("split") and rs[4:] == ((24, "<f4"), (12, "<f4"), RedOp.SUM)
+    gathers = _calls("allgather")
+    assert [g[4:] for g in gathers] == [((96, "|u1"), (192, "|u1")), ((32, "|u1"), (64, "|u1"))]
+    splits = [e for e in FakeComm.log if len(e) > 2 and e[2] == "split" and e[1] == 0]
+    assert len(splits) == 3  # once per distinct set of groups: r and g share {0,2},{1,3}
+    # all-to-all: one group of 2 sends and 2 receives per participant, peers in group-rank order
+    sends = _calls("send")
+    assert [s[5] for s in sends[:2]] == [0, 1]
+    assert ("group", 4) in FakeComm.log
+    # permute {{1,0}} alone: participant 0 only receives (from 1), 1 only sends
+    one_recvs = [e for e in _calls("recv") if e[0] == "world"]
+    assert one_recvs and all(e[5] == 1 for e in one_recvs)
+    bcast = [e for e in _calls("broadcast", 1)]
+    assert bcast and bcast[0][6] == 0  # from the group's first participant: rank 0 of {1,0}'s communicator
+
+
+def test_bf16_all_reduce_and_send_recv_are_refused_by_name():
+    bf = ("HloModule m, num_partitions=2\n\nadd {\n  a = bf16[] parameter(0)\n  b = bf16[] parameter(1)\n"
+          "  ROOT s = bf16[] add(a, b)\n}\n\nENTRY e {\n  x = bf16[8]{0} parameter(0)\n"
+          "  ROOT r = bf16[8]{0} all-reduce(x), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, "
+          "to_apply=add\n}\n")
+    module = parse_module(bf)
+    world = world_of(module)
+    import ml_dtypes
+    args = [[np.ones(8, ml_dtypes.bfloat16)] for _ in range(2)]
+    with pytest.raises(HloUnsupportedError, match=r"all-reduce '%r' \(line 11\): a add reduction of bf16"):
+        run_through_fake_nccl(module, world, args)
+    sr = ('HloModule m, num_partitions=2\n\nENTRY e {\n  x = f32[8]{0} parameter(0)\n  t = token[] after-all()\n'
+          '  s = (f32[8]{0}, u32[], token[]) send(x, t), channel_id=1, '
+          'frontend_attributes={_xla_send_recv_source_target_pairs="{{0,1}}"}\n'
+          '  ROOT d = token[] send-done(s), channel_id=1\n}\n')
+    module = parse_module(sr)
+    with pytest.raises(HloUnsupportedError, match=r"send '%s' \(line 6\): send/recv between several GPUs"):
+        run_through_fake_nccl(module, world_of(module), [[np.ones(8, np.float32)] for _ in range(2)])
+
+
+# ---- launchers ---------------------------------------------------------------------------------------
+
+def test_refusals_before_any_process_starts(monkeypatch):
+    module = parse_module(SPMD)
+    world = world_of(module)
+    with pytest.raises(HloUnsupportedError, match="runs on 4 participants but 2 GPU"):
+        check_cuda_participants(module, world, gpus=2)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
+    with pytest.raises(HloUnsupportedError, match="nccl4py' is not installed"):
+        check_cuda_participants(module, world, gpus=4)
+    check_cuda_participants(module, World(1, 1), gpus=0)  # one participant: no NCCL needed
+
+
+def test_which_gpu_each_participant_uses():
+    assert [spmd_run.participant_device(k, 4) for k in range(4)] == [0, 1, 2, 3]
+    ctx = spmd_run.MpiContext(None, rank=5, size=8, local_rank=1)
+    assert spmd_run.participant_device(5, 4, ctx) == 1
+    assert spmd_run.participant_device(5, 1, spmd_run.MpiContext(None, 5, 8, 3)) == 0
+
+
+class _FakeMPI:
+    COMM_TYPE_SHARED = 1
+
+    class _Comm:
+        def __init__(self, rank, size):
+            self.rank, self.size, self.bcasts = rank, size, []
+
+        def Get_rank(self):
+            return self.rank
+
+        def Get_size(self):
+            return self.size
+
+        def Split_type(self, kind):
+            assert kind == _FakeMPI.COMM_TYPE_SHARED
+            return _FakeMPI._Comm(self.rank % 2, 2)  # two ranks per machine
+
+        def bcast(self, value, root):
+            self.bcasts.append((value, root))
+            return "uid-of-rank-0" if self.rank else value
+
+        def allgather(self, value):
+            return [value] * self.size
+
+
+def test_mpi_rank_size_local_rank_and_unique_id_broadcast(monkeypatch):
+    assert spmd_run.mpi_context({}) is None
+    mpi = types.ModuleType("mpi4py")
+    fake = _FakeMPI()
+    fake.COMM_WORLD = _FakeMPI._Comm(3, 4)
+    mpi.MPI = fake
+    monkeypatch.setitem(sys.modules, "mpi4py", mpi)
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
+    ctx = spmd_run.mpi_context()
+    assert (ctx.rank, ctx.size, ctx.local_rank) == (3, 4, 1) and not spmd_run.lead_process()
+    module = parse_module(SPMD)
+    monkeypatch.setattr("hlo_compile.runtime.nccl_comm.load_nccl", lambda: FAKE)
+    monkeypatch.setattr("hlo_compile.runtime.nccl_comm.gpu_count", lambda: 2)
+    seen = {}
+
+    def participant(text, options, world, k, uid, args, ordinal):
+        seen.update(k=k, uid=uid, ordinal=ordinal, args=args)
+        return "result"
+    monkeypatch.setattr(spmd_run, "run_gpu_participant", participant)
+    run = spmd_run.compile_spmd(module, "cuda", world_of(module))
+    assert run([["a0"], ["a1"], ["a2"], ["a3"]]) == ["result"] * 4
+    assert seen == {"k": 3, "uid": "uid-of-rank-0", "ordinal": 1, "args": ["a3"]}
+    assert fake.COMM_WORLD.bcasts == [(None, 0)]  # only rank 0 makes the id
+    fake.COMM_WORLD = _FakeMPI._Comm(0, 2)
+    with pytest.raises(HloUnsupportedError, match="runs on 4 participants but the MPI launcher started 2"):
+        spmd_run.compile_spmd(module, "cuda", world_of(module))
+
+
+def _spawned_participant(text, options, world, k, uid, args, ordinal):
+    """Runs in a spawned child: what it was given, or a failure of participant 2."""
+    if k == 2 and args == ["fail"]:
+        raise HloUnsupportedError("something the child refused")
+    return (k, uid, ordinal, args, text[:9])
+
+
+def test_spawned_processes_get_the_id_their_gpu_and_report_failures():
+    world = World(1, 3)
+    res = spmd_run.run_spawned(world, "the-uid", lambda k: ("HloModule x", None, [k * 10], k),
+                               target=_spawned_participant, timeout=120)
+    assert res == [(k, "the-uid", k, [k * 10], "HloModule") for k in range(3)]
+    with pytest.raises(HloUnsupportedError, match="participant 2: something the child refused"):
+        spmd_run.run_spawned(world, "uid", lambda k: ("t", None, ["fail"], k), target=_spawned_participant,
+                             timeout=120)
+    with pytest.raises(HloError):
+        spmd_run.run_spawned(world, "uid", lambda k: ("t", None, ["x"], k), target=_exit_without_result,
+                             timeout=120)
+
+
+def _exit_without_result(text, options, world, k, uid, args, ordinal):
+    import os
+    os._exit(3)
