@@ -354,11 +354,12 @@ def _write(tmp_path, text):
 ])
 def test_cli_flags_reach_the_options(tmp_path, monkeypatch, args, env, expected):
     import hlo_compile.cli.compile as cc
+    import hlo_compile.pipeline as pl   # hlo-compile imports run_pipeline when it runs (start-up time)
     import hlo_compile.runtime.executable as ex
     from hlo_compile.cli.run import main as run_main
     seen = []
-    real_pipeline, real_compile = cc.run_pipeline, ex.compile_executable
-    monkeypatch.setattr(cc, "run_pipeline", lambda m, o, **kw: (seen.append(o), real_pipeline(m, o, **kw))[1])
+    real_pipeline, real_compile = pl.run_pipeline, ex.compile_executable
+    monkeypatch.setattr(pl, "run_pipeline", lambda m, o, **kw: (seen.append(o), real_pipeline(m, o, **kw))[1])
     monkeypatch.setattr(ex, "compile_executable", lambda m, p, o=None: (seen.append(o), real_compile(m, p, o))[1])
     path = _write(tmp_path, CASES["bf16_in_f32_out_partial"])
     r = CliRunner().invoke(cc.main, [path, *args], env=env)
