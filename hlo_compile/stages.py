@@ -14,7 +14,6 @@ ptxas for ``cubin``) raises ``StageUnavailable`` saying why.
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -310,38 +309,14 @@ def _cubin(options: CompileOptions, plan: ModulePlan, ptx: str) -> StageOutput:
     return StageOutput(result, result.cubin, seconds={"ptxas": time.perf_counter() - t0})
 
 
-_PTX_HEADER = re.compile(r"\s*\.(version|target|address_size)\b")
-_PTX_ENTRY = re.compile(r"\.entry\s+([A-Za-z_$%][\w$]*)")
-
-
 def split_ptx(ptx: str, kernels: list[str]) -> dict[str, str]:
     """One self-contained PTX text per kernel: the module's header, its declarations and
     helper functions (libdevice's, shared arrays), and that kernel's ``.entry`` alone."""
-    header: list[str] = []
-    items: list[tuple[str | None, str]] = []  # (entry name or None, text)
-    current: list[str] = []
-    depth = 0
-    for line in ptx.splitlines(keepends=True):
-        code = line.split("//", 1)[0]
-        if depth == 0 and not current and _PTX_HEADER.match(code):
-            header.append(line)
-            continue
-        current.append(line)
-        depth += code.count("{") - code.count("}")
-        tail = code.rstrip()
-        if depth == 0 and (tail.endswith("}") or tail.endswith(";")):
-            text = "".join(current)
-            m = _PTX_ENTRY.search(text)
-            items.append((m.group(1) if m else None, text))
-            current = []
-    trailer = "".join(current)
+    from .targets.nvptx.ptx_text import ptx_items
+    header, items, trailer = ptx_items(ptx)
     shared = [text for name, text in items if name is None]
     entries = {name: text for name, text in items if name is not None}
-    out = {}
-    for k in kernels:
-        if k in entries:
-            out[k] = "".join(header) + "".join(shared) + entries[k] + trailer
-    return out
+    return {k: "".join(header) + "".join(shared) + entries[k] + trailer for k in kernels if k in entries}
 
 
 STAGES: list[Stage] = [
