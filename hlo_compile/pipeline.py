@@ -23,7 +23,8 @@ from .dump import (BEFORE_OPTIMIZATIONS, DumpDirectory, DumpWriter, as_dump_dire
 from .hlo.errors import HloError, HloUnsupportedError
 from .kernel_cache import KernelCache, cache_key, tool_versions
 from .options import CompileOptions
-from .stages import SOURCE, STAGES, LazyText, Stage, StageEnv, StageOutput, StageUnavailable, split_ptx, text_of
+from .stages import (SOURCE, STAGES, LazyText, OptimizedKernels, Stage, StageEnv, StageOutput, StageUnavailable,
+                     split_ptx, text_of)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .codegen.compiler import ModulePlan
@@ -194,7 +195,8 @@ def _run_stage(s: Stage, options: CompileOptions, inputs: list, cache: KernelCac
     """``s`` on ``inputs``, or its output from ``cache`` (a damaged entry is a miss, rewritten)."""
     if s.uses_env:
         out = s.run(options, *inputs, env=env)
-        if getattr(out.value, "from_cache", 0) and out.value.from_cache == len(getattr(out.value, "optimized", ())):
+        v = out.value
+        if isinstance(v, OptimizedKernels) and v.optimized and v.from_cache == len(v.optimized):
             result.cache_hits.append(s.name)  # every kernel from the cache
         return out
     if cache is None or s.cache is None:

@@ -203,6 +203,8 @@ def _kernel_keys(options: CompileOptions, plan: ModulePlan) -> dict[str, str]:
 
 
 def _names_text(fusion) -> str:
+    """The names of the fused computation's instructions and of those it calls, in order."""
+    from .hlo import HloComputation
     out, todo, seen = [], [fusion.fused_computation], set()
     while todo:
         comp = todo.pop()
@@ -213,9 +215,10 @@ def _names_text(fusion) -> str:
         for inst in comp.instructions:
             for a in inst.attributes.values():
                 v = a.value
-                called = [v] if hasattr(v, "instructions") else \
-                    [c for c in v if hasattr(c, "instructions")] if isinstance(v, (list, tuple)) else []
-                todo.extend(called)
+                if isinstance(v, HloComputation):
+                    todo.append(v)
+                elif isinstance(v, (list, tuple)):
+                    todo.extend(c for c in v if isinstance(c, HloComputation))
     return "\n".join(out)
 
 
