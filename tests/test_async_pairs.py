@@ -2,8 +2,10 @@
 equals the interpreter, and the values are XLA's (start shapes, rng counter)."""
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -401,3 +403,61 @@ def test_collective_sugar_on_host_equals_the_interpreter():
     a2a = [literals.flatten(w)[0] for w in want]
     np.testing.assert_array_equal(a2a[1][4:6], args[2][0][2:4])
     np.testing.assert_array_equal(literals.flatten(want[2])[1], (a2a[0] + a2a[2])[4:8])
+
+
+# ---- rng-get-and-update-state against XLA:CPU (shared/tools/xla_ref.py) ----------------------------
+
+XLA_REF = Path(__file__).resolve().parents[2] / "shared" / "tools" / "xla_ref.py"
+
+RNG_MODULE = """HloModule rng_state
+
+ENTRY e {
+  x = f32[4] parameter(0)
+  s = u64[2] rng-get-and-update-state(), delta=7
+  st2 = u64[2] rng-get-and-update-state(), delta=100
+  philox = (u64[2], u32[8]) rng-bit-generator(s), algorithm=rng_philox
+  bits = u32[8] get-tuple-element(philox), index=1
+  next = u64[2] get-tuple-element(philox), index=0
+  three = (u64[2], u32[2,3]) rng-bit-generator(st2), algorithm=rng_three_fry
+  tbits = u32[2,3] get-tuple-element(three), index=1
+  ROOT t = (u64[2], u64[2], u32[8], u64[2], u32[2,3], f32[4]) tuple(s, st2, bits, next, tbits, x)
+}
+"""
+
+
+def _xla_ref():
+    if importlib.util.find_spec("jax") is None or not XLA_REF.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("xla_ref", XLA_REF)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_rng_state_and_its_generators_agree_with_xla_cpu_over_runs():
+    """What XLA:CPU does, recorded: each rng-get-and-update-state instruction has its own
+    128-bit counter starting at 0x7012395, returned then advanced by its delta, persisting
+    across executions of one loaded executable (a new executable starts again); the state
+    feeds rng-bit-generator (Philox, ThreeFry) bit for bit. Interpreter and host agree on three
+    consecutive runs."""
+    ref = _xla_ref()
+    if ref is None:
+        pytest.skip("jax or shared/tools/xla_ref.py not available")
+    import jax
+    x = np.zeros(4, np.float32)
+    first, exe = ref.run_hlo_text(RNG_MODULE, [x], return_exe=True)
+    dev = jax.devices("cpu")[0]
+    xla_runs = [first] + [[np.asarray(p[0]) for p in exe.execute_sharded([jax.device_put(x, dev)])
+                           .disassemble_into_single_device_arrays()] for _ in range(2)]
+    assert [r[0].tolist() for r in xla_runs] == [[0x7012395 + 7 * i, 0] for i in range(3)]
+    assert [r[1].tolist() for r in xla_runs] == [[0x7012395 + 100 * i, 0] for i in range(3)]
+    module = parse_module(RNG_MODULE)
+    host = compile_executable(module, "host")
+    states: dict = {}
+    for i, want in enumerate(xla_runs):
+        for got in (literals.flatten(evaluate_module(module, [x], rng_states=states)), literals.flatten(host.run([x]))):
+            assert len(got) == len(want) == 6
+            for j, (g, w) in enumerate(zip(got, want)):
+                np.testing.assert_array_equal(g, w, err_msg=f"run {i}, output {j}")
+    # a new executable starts the counters again, as XLA's
+    assert literals.flatten(compile_executable(module, "host").run([x]))[0].tolist() == [0x7012395, 0]
