@@ -230,3 +230,17 @@ def test_a_reused_kernels_cost_is_its_owners_under_its_own_names():
     for k, est in zip(shared.kernels, cost.kernels):
         alone = estimate_kernel(k, shared.device)  # computed for this fusion, not copied
         assert est == alone and est.coalescing == alone.coalescing, k.fusion.name
+
+
+def test_fusions_differing_in_metadata_share_a_plan():
+    """Metadata does not count for reuse, so the shared plan is re-pointed across instructions
+    with and without it (was KeyError 'metadata': two JAX corpus modules on host)."""
+    with_meta = _fused("f1").replace("add(%m, %q)", 'add(%m, %q), metadata={op_name="jit(f)/add"}')
+    text = _module([_fused("f0"), with_meta, _fused("f2")])
+    plan = _plan(text)
+    assert [k.reuses for k in plan.kernels] == [None, "v1", "v1"]
+    module = parse_module(text)
+    x, y = np.arange(128, dtype=np.float32).reshape(8, 16), np.ones((8, 16), np.float32)
+    exe = compile_executable(module, "host", CompileOptions(fusion=False))
+    got = literals.flatten(exe.run([x, y]))
+    np.testing.assert_array_equal(got[0], evaluate_module(module, [x, y]))

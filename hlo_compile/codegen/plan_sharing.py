@@ -76,6 +76,8 @@ class Correspondence:
             self.objects[id(x)] = y
             self.names.setdefault(x.name, y.name)
             for name, attr in x.attributes.items():
+                if name not in y.attributes:   # one the fingerprint ignores (metadata...): no computation
+                    continue
                 v, w = attr.value, y.attributes[name].value
                 if isinstance(v, HloComputation):
                     self._pair(v, w)
