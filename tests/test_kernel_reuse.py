@@ -235,8 +235,8 @@ def test_a_reused_kernels_cost_is_its_owners_under_its_own_names():
 def test_fusions_differing_in_metadata_share_a_plan():
     """Metadata does not count for reuse, so the shared plan is re-pointed across instructions
     with and without it (was KeyError 'metadata': two JAX corpus modules on host)."""
-    with_meta = _fused("f1").replace("add(%m, %q)", 'add(%m, %q), metadata={op_name="jit(f)/add"}')
-    text = _module([_fused("f0"), with_meta, _fused("f2")])
+    with_meta = _fused("f0").replace("add(%m, %q)", 'add(%m, %q), metadata={op_name="jit(f)/add"}')
+    text = _module([with_meta, _fused("f1"), _fused("f2")])   # the first (the plan's owner) has it
     plan = _plan(text)
     assert [k.reuses for k in plan.kernels] == [None, "v1", "v1"]
     module = parse_module(text)
