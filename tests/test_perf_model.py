@@ -138,3 +138,27 @@ def test_fusions_report_and_summary(tmp_path):
     assert 2 * n / H100_SXM.memory_bandwidth * 1e6 < k["estimated_us"] < 2 * n / H100_SXM.memory_bandwidth * 1e6 * 1.1
     assert 90 < k["pct_of_bandwidth_roofline"] <= 100
     assert summary["cost_model"]["device"] == "NVIDIA H100 SXM"
+
+
+def test_device_flag_picks_the_cost_models_gpu(tmp_path):
+    """hlo-compile --device chooses the GPU of the estimate (any case); the default follows --arch;
+    an unknown name is exit 2 without a traceback."""
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from hlo_compile.cli.compile import main
+    gelu = str(Path(__file__).parent.parent / "examples" / "gelu.hlo")
+
+    def cost_line(*args: str) -> str:
+        r = CliRunner().invoke(main, [gelu, "--emit=fusions", "-q", *args])
+        assert r.exit_code == 0, r.output
+        return next(line for line in r.output.splitlines() if line.startswith("// cost model"))
+    assert "(NVIDIA A100 SXM)" in cost_line()
+    assert "(NVIDIA H100" in cost_line("--arch", "sm_90")
+    h200 = cost_line("--device", "H200")
+    assert "(NVIDIA H200" in h200
+    us = [float(line.split(": ")[1].split(" us")[0]) for line in (cost_line(), h200)]
+    assert us[1] < us[0]   # same bytes on a faster memory
+    r = CliRunner().invoke(main, [gelu, "--emit=fusions", "--device", "v100"])
+    assert r.exit_code == 2 and "Traceback" not in r.output

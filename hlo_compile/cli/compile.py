@@ -93,6 +93,9 @@ def _list_passes(ctx: click.Context, _param, value: bool) -> None:
 @click.option("--tensor-cores/--no-tensor-cores", "tensor_cores", default=False, show_default=True,
               envvar="HLO_COMPILE_TENSOR_CORES",
               help="f16/bf16 dots through mma.sync tensor cores on sm_80+ (experimental).")
+@click.option("--device", "cost_device", default=None, metavar="a100|h100|h200",
+              type=click.Choice(["a100", "h100", "h200", "b200"], case_sensitive=False),
+              help="The GPU the cost model estimates for (default: the one --arch names: sm_80 A100, sm_90 H100).")
 @click.option("--fusion/--no-fusion", "fusion", default=True, show_default=True,
               help="Group lone instructions into fusions (--no-fusion: one kernel per instruction).")
 @click.option("--split-input-file", is_flag=True, help="Treat '// -----' lines as module separators.")
@@ -112,10 +115,11 @@ def _list_passes(ctx: click.Context, _param, value: bool) -> None:
 def main(file: str, dump_to: Path | None, emit: str | None, passes: str | None, output: Path | None, arch: str,
          platform: str, input_format: str, tensor_cores: bool, fusion: bool, split_input_file: bool,
          short_form: bool, as_fusion: bool, cache_dir: Path | None, no_cache: bool, quiet: bool, jobs: int | None,
-         gemm: str, conv: str) -> None:
+         gemm: str, conv: str, cost_device: str | None = None) -> None:
     """Compile the XLA HLO text module in FILE (- reads standard input) for an NVIDIA GPU."""
     try:
-        options = CompileOptions(arch=arch, dot_tensor_cores=tensor_cores, fusion=fusion, gemm=gemm, conv=conv)
+        options = CompileOptions(arch=arch, dot_tensor_cores=tensor_cores, fusion=fusion, gemm=gemm, conv=conv,
+                                 device=cost_device.lower() if cost_device else None)
         cache = None if no_cache else KernelCache(cache_dir or default_cache_dir())
         checked = _check_flags(emit, passes, output, arch, platform, input_format, dump_to)
         source = common.read_source(file) if passes is None else None
