@@ -2,10 +2,8 @@
 equals the interpreter, and the values are XLA's (start shapes, rng counter)."""
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -407,7 +405,7 @@ def test_collective_sugar_on_host_equals_the_interpreter():
 
 # ---- rng-get-and-update-state against XLA:CPU (shared/tools/xla_ref.py) ----------------------------
 
-XLA_REF = Path(__file__).resolve().parents[2] / "shared" / "tools" / "xla_ref.py"
+from xla_reference import xla_ref_module  # noqa: E402
 
 RNG_MODULE = """HloModule rng_state
 
@@ -426,12 +424,7 @@ ENTRY e {
 
 
 def _xla_ref():
-    if importlib.util.find_spec("jax") is None or not XLA_REF.is_file():
-        return None
-    spec = importlib.util.spec_from_file_location("xla_ref", XLA_REF)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return xla_ref_module()
 
 
 def test_rng_state_and_its_generators_agree_with_xla_cpu_over_runs():

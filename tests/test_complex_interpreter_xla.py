@@ -25,36 +25,20 @@ values, convert complex -> real, compare with a type other than FLOAT, remainder
 """
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
+from complex_grid import binary_grid
+from complex_grid import corners as _corners
+from complex_grid import random_values as _random
+from xla_reference import xla_ref_module as _xla_ref
 
 from hlo_compile import parse_module
 from hlo_compile.hlo.errors import HloError, HloUnsupportedError, HloVerifyError
 from hlo_compile.interpreter import evaluate_module
 
-from complex_grid import binary_grid, corners as _corners, random_values as _random
-
-XLA_REF = Path(__file__).resolve().parents[2] / "shared" / "tools" / "xla_ref.py"
 REAL = {"c64": "f32", "c128": "f64"}
 RT = {"c64": np.float32, "c128": np.float64}
 
-_REF: list = []
-
-
-def _xla_ref():
-    if not _REF:
-        mod = None
-        if importlib.util.find_spec("jax") is not None and XLA_REF.is_file():
-            spec = importlib.util.spec_from_file_location("xla_ref", XLA_REF)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-        _REF.append(mod)
-    if _REF[0] is None:
-        pytest.skip("jax or shared/tools/xla_ref.py is not available")
-    return _REF[0]
 
 
 def _xla(text: str, args: list, ct: str) -> np.ndarray:

@@ -15,14 +15,13 @@ the interpreter on the call; (d) refusals exit 2 naming the call and its line.
 """
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from xla_reference import xla_ref_module as _xla_ref
 
 from hlo_compile import parse_module
 from hlo_compile.cli.run import main as hlo_run
@@ -32,7 +31,6 @@ from hlo_compile.interpreter import evaluate_module
 from hlo_compile.options import CompileOptions
 from hlo_compile.runtime.executable import compile_executable
 
-XLA_REF = Path(__file__).resolve().parents[2] / "shared" / "tools" / "xla_ref.py"
 TARGETS = {"fwd": "__cudnn$convForward", "bias": "__cudnn$convBiasActivationForward",
            "bwd_input": "__cudnn$convBackwardInput", "bwd_filter": "__cudnn$convBackwardFilter"}
 NP_TYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32, "f64": np.float64, "s8": np.int8}
@@ -375,19 +373,6 @@ def check_case(kind: str, cv: Conv, e: Epilogue = Epilogue(), seed: int = 0, hos
     return errors
 
 
-_REF: list = []
-
-
-def _xla_ref():
-    """shared/tools/xla_ref.py, imported by path; None without jax or the tool."""
-    if not _REF:
-        mod = None
-        if importlib.util.find_spec("jax") is not None and XLA_REF.is_file():
-            spec = importlib.util.spec_from_file_location("xla_ref", XLA_REF)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-        _REF.append(mod)
-    return _REF[0]
 
 
 # ---- the cases ----------------------------------------------------------------------------------------

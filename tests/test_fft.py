@@ -11,13 +11,12 @@ multiply by weights → irfft) end to end.
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from xla_reference import xla_ref_module as _xla_ref
 
 from hlo_compile import parse_module
 from hlo_compile.cli.compile import main as hlo_compile
@@ -26,7 +25,6 @@ from hlo_compile.hlo.errors import HloError
 from hlo_compile.interpreter import evaluate_module
 from hlo_compile.runtime.executable import compile_executable
 
-XLA_REF = Path(__file__).resolve().parents[2] / "shared" / "tools" / "xla_ref.py"
 REAL = {"c64": "f32", "c128": "f64"}
 NP = {"c64": np.complex64, "c128": np.complex128, "f32": np.float32, "f64": np.float64}
 # max |got - want| / max |want|: a few ulps times log2(N) of the transform's precision
@@ -113,18 +111,6 @@ def test_interpreter_and_host_match_reference(fft_type, batch, lengths, ctype):
     assert _rel(host, want) <= TOL[ctype]
 
 
-_REF: list = []
-
-
-def _xla_ref():
-    if not _REF:
-        mod = None
-        if importlib.util.find_spec("jax") is not None and XLA_REF.is_file():
-            spec = importlib.util.spec_from_file_location("xla_ref", XLA_REF)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-        _REF.append(mod)
-    return _REF[0]
 
 
 @pytest.mark.parametrize("ctype", ["c64", "c128"])
