@@ -256,10 +256,12 @@ def summary(result: PipelineResult) -> dict:
     plan = result.values.get("fusions")
     cost = None if plan is None else estimate_module(
         plan, cost_device(result.options.device, plan.device), resources, result.options.dot_tensor_cores)
+    # each fusion's own estimate (a reused kernel's figures under the fusion's buffer names)
+    own_estimate = {e.fusion: e for e in cost.kernels} if cost is not None else {}
     for k in (plan.kernels if plan is not None else []):
         a = k.analysis
         res = resources.get(k.kernel_name)
-        est = cost.for_kernel(k.kernel_name)
+        est = own_estimate.get(k.fusion.name)
         kernels.append({
             "fusion": k.fusion.name, "kernel": k.kernel_name, "hero": ", ".join(h.name for h in a.heroes),
             "emitter": a.emitter, "variant": a.variant, "reason": a.reason,

@@ -244,3 +244,16 @@ def test_fusions_differing_in_metadata_share_a_plan():
     exe = compile_executable(module, "host", CompileOptions(fusion=False))
     got = literals.flatten(exe.run([x, y]))
     np.testing.assert_array_equal(got[0], evaluate_module(module, [x, y]))
+
+
+def test_summary_names_each_fusions_own_operands():
+    pytest.importorskip("llvmlite")
+    from hlo_compile.pipeline import run_pipeline as run
+    result = run(parse_module(_layers(3)), CompileOptions(), emit="fusions")
+    rows = [r for r in summary(result)["kernels"] if r["kernel"] is not None]
+    reused = [r for r in rows if r["reuses"]]
+    assert reused
+    for r in reused:
+        k = next(k for k in result.plan.kernels if k.fusion.name == r["fusion"])
+        names = [o["name"] for o in r["operands"]]
+        assert names == [o.name for o in k.fusion.operands], r["fusion"]
