@@ -257,3 +257,15 @@ def test_summary_names_each_fusions_own_operands():
         k = next(k for k in result.plan.kernels if k.fusion.name == r["fusion"])
         names = [o["name"] for o in r["operands"]]
         assert names == [o.name for o in k.fusion.operands], r["fusion"]
+
+
+def test_a_copy_that_cannot_be_paired_is_planned_on_its_own(monkeypatch):
+    from hlo_compile.codegen import compiler
+
+    class Unpairable:
+        def __init__(self, *args):
+            raise KeyError("an attribute one side lacks")
+    monkeypatch.setattr(compiler, "Correspondence", Unpairable)
+    shared, alone = _plans(_layers(3))
+    assert all(k.planned_from is None for k in shared.kernels)
+    assert fusion_report_text(shared) == fusion_report_text(alone)

@@ -198,7 +198,11 @@ def _plan_fusion_shared(fusion: HloInstruction, device: DeviceInfo, kernel_name:
         shared.first.setdefault(key, (plan, signature))
         return plan
     owner: KernelPlan = first[0]
-    spec = retarget(owner.spec, Correspondence(owner.fusion, fusion))
+    try:
+        spec = retarget(owner.spec, Correspondence(owner.fusion, fusion))
+    except (KeyError, ValueError, IndexError, TypeError, AttributeError):
+        # the two do not pair up as their keys say they should: plan this one on its own
+        return _plan_fusion(fusion, device, kernel_name, analysis)
     spec = copy.copy(spec) if spec is owner.spec else spec
     object.__setattr__(spec, "name", kernel_name)
     declined_by = getattr(spec, "declined_by", None)
