@@ -170,3 +170,13 @@ def test_damaged_result_entry_is_a_miss(tmp_path):
         cache.put(p.stem, pack({"outputs": "nonsense"}))
     third = _invoke([GELU, "--emit=fusions", "--cache-dir", d])
     assert third.exit_code == 0 and third.stdout == cold.stdout
+
+
+def test_a_large_result_is_not_kept_whole(tmp_path, monkeypatch):
+    import hlo_compile.cli.compile as compile_cli
+    monkeypatch.setattr(compile_cli, "RESULT_MAX_BYTES", 100)  # gelu's fusion report is larger
+    d = tmp_path / "c"
+    first = _invoke([GELU, "--emit=fusions", "--cache-dir", d])
+    assert first.exit_code == 0 and not KernelCache(d).entries()
+    second = _invoke([GELU, "--emit=fusions", "--cache-dir", d])  # compiled again, the same text
+    assert second.exit_code == 0 and second.stdout == first.stdout

@@ -222,8 +222,8 @@ def _from_cache(cache: KernelCache, key: str, output: Path | None, dump_to: Path
             path = (dump / name).resolve()
             if path.parent != dump.resolve():  # never outside the dump directory
                 return False
-            _write_file(path, data)
-    _emit(record, output, dump)
+            _write_file(path, data.encode("utf-8") if isinstance(data, str) else data)  # the bytes as written
+    _emit(record, output, dump, max(len(record.files) - 1, 0))
     return True
 
 
@@ -271,19 +271,34 @@ def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform
             record.outputs.append(result.artifacts[shown])
     if dump_to is not None:
         written.setdefault(SUMMARY, dump_to / SUMMARY)
-        record.files = {name: path.read_bytes() for name, path in written.items() if path.is_file()}
-    _emit(record, output, dump_to)
-    if cache is not None and result_key is not None:
+        written = {name: path for name, path in written.items() if path.is_file()}
+    _emit(record, output, dump_to, max(len(written) - 1, 0))
+    if cache is None or result_key is None:
+        return
+    size = sum(len(o) for o in record.outputs) + sum(path.stat().st_size for path in written.values())
+    if size <= RESULT_MAX_BYTES:  # (a larger result is not kept whole: its kernels are, one entry each)
+        record.files = {name: _text_or_bytes(path.read_bytes()) for name, path in written.items()}
         cache.put(result_key, pack(dataclasses.asdict(record)))
 
 
-def _emit(record: _Record, output: Path | None, dump_to: Path | None) -> None:
+# A whole result above this (a large model's dump: Llama 8B's is 305 MB, mostly indexing maps)
+# is not kept: packing it would cost more memory and time than the compile it saves.
+RESULT_MAX_BYTES = 64 << 20
+
+
+def _text_or_bytes(data: bytes) -> str | bytes:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+
+
+def _emit(record: _Record, output: Path | None, dump_to: Path | None, files: int) -> None:
     for skipped, why in record.notes.items():
         common.note(PROG, f"stage '{skipped}' skipped: {why}")
     _write_outputs(record.outputs, output)
     if dump_to is not None:
-        click.echo(f"{PROG}: wrote {len(record.files) - 1} files of {record.modules} module(s) to {dump_to}",
-                   err=True)
+        click.echo(f"{PROG}: wrote {files} files of {record.modules} module(s) to {dump_to}", err=True)
 
 
 TIMING_THRESHOLD_S = 1.0  # compiles shorter than this print no timing line (nor progress)
