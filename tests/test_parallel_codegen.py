@@ -49,6 +49,7 @@ N = 6
 def test_parallel_ptx_is_the_same_bytes_as_one_process(tmp_path, monkeypatch):
     _needs_libdevice()
     monkeypatch.setattr(kernels_mod, "PARALLEL_MIN_KERNELS", 4)  # fan out for a small module
+    monkeypatch.setattr(kernels_mod, "free_cpus", lambda: 2)      # whatever else this machine runs
     calls = []
     real_pool = kernels_mod.ProcessPoolExecutor
 
@@ -118,3 +119,21 @@ def test_merge_keeps_one_header_shared_declarations_once_and_renames_clashes():
     assert [e for e, _ in items if e] == ["ka", "kb"] and len(header) == 3
     with pytest.raises(ValueError):
         merge_ptx([a, _kernel("kc").replace("sm_80", "sm_90")], ["ka", "kc"])
+
+
+def test_workers_only_on_free_cores(monkeypatch):
+    monkeypatch.setattr(kernels_mod, "default_jobs", lambda: 2)
+    monkeypatch.setattr(kernels_mod.os, "getloadavg", lambda: (1.0, 1.0, 1.0))  # this process alone
+    assert kernels_mod.free_cpus() == 2
+    monkeypatch.setattr(kernels_mod.os, "getloadavg", lambda: (3.2, 3.0, 3.0))  # others keep both busy
+    assert kernels_mod.free_cpus() == 1
+    started = []
+    monkeypatch.setattr(kernels_mod, "ProcessPoolExecutor", lambda *a, **k: started.append(k) or 1 / 0)
+    monkeypatch.setattr(kernels_mod, "PARALLEL_MIN_KERNELS", 1)
+
+    class Fake:
+        def __init__(self, text):
+            self.llvm_opt, self.ptx, self.seconds = text, text, {}
+    got = kernels_mod.compile_kernels([("a", "x"), ("b", "y")], "sm_80", jobs=2,
+                                      compile_one=lambda text, arch, names, opt_level: Fake(text))
+    assert [r.ptx for r in got] == ["x", "y"] and not started  # one process: no pool
