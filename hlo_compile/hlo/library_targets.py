@@ -46,3 +46,10 @@ def library_reason(target: str) -> str:
     family = library_family(target)
     return (f"{family} library call run by {library_name(target)} ({_FLAG_OF[family]}=library); "
             f"{_FLAG_OF[family]}=generated compiles it with our emitters")
+
+
+# Transformer Engine's cuDNN attention through XLA's typed FFI (hlo/te_attention_call.py): no
+# library step runs it; it is always lowered to plain HLO (passes/te_attention_lowering.py)
+TE_ATTENTION_FORWARD = "te_fused_attn_forward_ffi"
+TE_ATTENTION_BACKWARD = "te_fused_attn_backward_ffi"
+TE_ATTENTION_TARGETS = frozenset({TE_ATTENTION_FORWARD, TE_ATTENTION_BACKWARD})

@@ -19,7 +19,7 @@ from .registry import OPS, TOKEN
 
 # Importing the families fills the table.
 from . import elementwise, shape_ops, reduction, gather_scatter, dot_conv, sort_ops, control_flow  # noqa: F401,E402
-from . import conv_calls, fmha_calls, gemm_calls  # noqa: F401,E402  (library calls register)
+from . import conv_calls, fmha_calls, gemm_calls, te_attention  # noqa: F401,E402  (library calls register)
 from . import async_ops, collectives  # noqa: F401,E402
 from .async_ops import sugar_handler  # noqa: E402
 from .participants import Participant, run_participants, single_participant  # noqa: E402

@@ -43,8 +43,15 @@ def lower_fmha(comp: HloComputation, call: HloInstruction) -> None:
     info = fmha_call(call)
     b = _Builder(comp, call)
     leaves = _backward(b, info) if info.backward else _forward(b, info)
-    leaves = [b.relayout(x, s) for x, s in zip(leaves, info.result_shapes)]
-    ws_shape = info.result_shapes[info.workspace]
+    replace_call(b, leaves, info.result_shapes)
+
+
+def replace_call(b: _Builder, leaves: list[HloInstruction], result_shapes: Sequence[Shape]) -> None:
+    """Replace the call of ``b`` by the values ``leaves`` of its result leaves (all but the
+    last, the workspace, which becomes zeros), copied to the declared layouts."""
+    comp, call = b.comp, b.call
+    leaves = [b.relayout(x, s) for x, s in zip(leaves, result_shapes)]
+    ws_shape = result_shapes[-1]
     workspace = b.splat(b.constant(ws_shape.element_type, "0"), ws_shape)
     whole = b.add("tuple", "tuple", call.shape, leaves + [workspace])
     insert_instructions(comp, b.new, before=call)
@@ -65,7 +72,7 @@ LOWERINGS: dict[str, Callable[[HloComputation, HloInstruction], None]] = {t: low
 
 def _inputs(b: _Builder, info: FmhaCall) -> tuple[HloInstruction, HloInstruction, HloInstruction]:
     """Q, K, V as f32 ``[B, N, seq, H]`` (K and V broadcast over each head group)."""
-    ops = b.call.operands
+    ops = b.operands
     q = b.canonical(ops[info.q], info.q_roles)
     k = b.all_heads(b.canonical(ops[info.k], info.k_roles), info.group)
     v = b.all_heads(b.canonical(ops[info.v], info.v_roles), info.group)
@@ -79,7 +86,7 @@ def _scores(b: _Builder, info: FmhaCall, q: HloInstruction, k: HloInstruction) -
     s = b.dot(q, k, (3,), (3,))
     s = b.binary("multiply", s, b.splat(b.f32(info.scale), dims))
     if info.bias is not None:
-        s = b.binary("add", s, b.bias(b.call.operands[info.bias], dims))
+        s = b.binary("add", s, b.bias(b.operands[info.bias], dims))
     masked = _mask(b, info)
     if masked is not None:
         s = b.select(masked, b.splat(b.f32(float("-inf")), dims), s)
@@ -98,8 +105,8 @@ def _mask(b: _Builder, info: FmhaCall) -> HloInstruction | None:
             start = b.binary("subtract", row, b.splat(b.constant("s32", str(info.window)), dims))
             parts.append(b.compare(col, start, "LE"))
         if info.padding:                           # key beyond kv_seqlen[b]; query row beyond q_seqlen[b]
-            kv_len = b.broadcast(b.call.operands[info.kv_seqlen], dims, (0,))
-            q_len = b.broadcast(b.call.operands[info.q_seqlen], dims, (0,))
+            kv_len = b.broadcast(b.operands[info.kv_seqlen], dims, (0,))
+            q_len = b.broadcast(b.operands[info.q_seqlen], dims, (0,))
             parts.append(b.compare(col, kv_len, "GE"))
             parts.append(b.compare(row, q_len, "GE"))
     if not parts:
@@ -126,14 +133,14 @@ def _forward(b: _Builder, info: FmhaCall) -> list[HloInstruction]:
         stats = b.binary("add", m, b.unary("log", l))
         if info.padding:
             rows = m.shape.dimensions
-            padded = b.compare(b.iota(rows, 2), b.broadcast(b.call.operands[info.q_seqlen], rows, (0,)), "GE")
+            padded = b.compare(b.iota(rows, 2), b.broadcast(b.operands[info.q_seqlen], rows, (0,)), "GE")
             stats = b.select(padded, b.splat(b.f32(0.0), rows), stats)
         out.append(stats)
     return out
 
 
 def _backward(b: _Builder, info: FmhaCall) -> list[HloInstruction]:
-    ops = b.call.operands
+    ops = b.operands
     q, k, v = _inputs(b, info)
     d_o = b.canonical(ops[info.d_o], info.do_roles)
     o = b.canonical(ops[info.o_in], info.do_roles)
@@ -182,6 +189,7 @@ class _Builder:
 
     def __init__(self, comp: HloComputation, call: HloInstruction):
         self.comp, self.call = comp, call
+        self.operands: list[HloInstruction] = list(call.operands)   # what the math reads (extendable)
         self.module = module_of(comp)
         self.names = NameScope.of_instructions(self.module.computations)
         self.new: list[HloInstruction] = []

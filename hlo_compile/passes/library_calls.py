@@ -8,32 +8,36 @@ the new values, and the scratch buffer (the tuple's last leaf, contents undefine
 materialised when something reads the tuple as a whole.
 
 Each family's lowering lives in its own module and registers its targets in ``LOWERINGS``:
-``gemm_lowering.py``, ``conv_lowering.py``, ``fmha_lowering.py``.
+``gemm_lowering.py``, ``conv_lowering.py``, ``fmha_lowering.py``, ``te_attention_lowering.py``
+(Transformer Engine's ``te_fused_attn_*_ffi``).
 """
 from __future__ import annotations
 
 from typing import Callable
 
 from ..hlo import HloComputation, HloInstruction, HloModule
-from ..hlo.library_targets import library_family
-from . import conv_lowering, fmha_lowering, gemm_lowering
+from ..hlo.library_targets import TE_ATTENTION_TARGETS, library_family
+from . import conv_lowering, fmha_lowering, gemm_lowering, te_attention_lowering
 
 # target -> lower(computation, call): replaces ``call`` in ``computation`` by plain HLO
 Lowering = Callable[[HloComputation, HloInstruction], None]
-LOWERINGS: dict[str, Lowering] = {**gemm_lowering.LOWERINGS, **conv_lowering.LOWERINGS, **fmha_lowering.LOWERINGS}
+LOWERINGS: dict[str, Lowering] = {**gemm_lowering.LOWERINGS, **conv_lowering.LOWERINGS, **fmha_lowering.LOWERINGS,
+                                  **te_attention_lowering.LOWERINGS}
 
 ALL_FAMILIES = frozenset({"gemm", "conv", "fmha"})
 
 
 def lower_library_calls(module: HloModule, families: frozenset[str] = ALL_FAMILIES) -> HloModule:
     """Replace, in every computation, each library call of ``families`` that has a lowering;
-    in place. A call with no lowering stays, and is refused later by name."""
+    in place. A call with no lowering stays, and is refused later by name. Transformer
+    Engine's attention calls have no library step: they are always lowered."""
+    te_attention_lowering.check_module(module)
     for comp in module.computations:
         for inst in list(comp.instructions):
             if inst.opcode != "custom-call":
                 continue
             target = inst.attr("custom_call_target", None)
             lower = LOWERINGS.get(target)
-            if lower is not None and library_family(target) in families:
+            if lower is not None and (library_family(target) in families or target in TE_ATTENTION_TARGETS):
                 lower(comp, inst)
     return module

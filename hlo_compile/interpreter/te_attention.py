@@ -1,0 +1,49 @@
+"""The numpy meaning of Transformer Engine's fused attention calls (``hlo/te_attention_call.py``):
+the cuDNN attention of ``fmha_calls.py`` on ``[B, S, H, D]`` tensors.
+
+With a padding mask the sequence lengths are ``cu_seqlens[b+1] - cu_seqlens[b]``. The forward's
+softmax_aux holds the log-sum-exp statistics ``[B, H, S, 1]`` and rng_state zeros: both are
+TE's private formats, only ever read by a matching backward call (the reader refuses anything
+else), which takes the statistics back.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..hlo.library_targets import TE_ATTENTION_TARGETS
+from ..hlo.te_attention_call import TeAttentionCall, te_attention_call
+from . import fmha_calls
+from .library_calls import library_call
+from .numerics import dtype_of
+
+
+def _seqlens(cu) -> np.ndarray:
+    cu = np.asarray(cu).astype(np.int64)
+    return (cu[1:] - cu[:-1]).astype(np.int32)
+
+
+def _fmha_operands(call: TeAttentionCall, ops) -> list:
+    """The operands followed by the q and kv sequence lengths and (backward) the [B, H, S]
+    statistics, where ``call.fmha`` reads them."""
+    stats = np.asarray(ops[4])[..., 0] if call.backward else None
+    return list(ops) + [_seqlens(ops[call.q_cu_seqlens]), _seqlens(ops[call.kv_cu_seqlens]), stats]
+
+
+def _zeros(shape) -> np.ndarray:
+    return np.zeros(tuple(shape.dimensions), dtype=dtype_of(shape.element_type))
+
+
+def _bshd(x) -> np.ndarray:
+    return np.ascontiguousarray(np.transpose(np.asarray(x), (0, 2, 1, 3)))
+
+
+@library_call(*sorted(TE_ATTENTION_TARGETS))
+def _te_attention(ev, inst, ops):
+    call = te_attention_call(inst)
+    shapes = call.result_shapes
+    args = _fmha_operands(call, ops)
+    if call.backward:
+        dq, dk, dv, _ = fmha_calls._backward(call.fmha, args)
+        return _bshd(dq), _bshd(dk), _bshd(dv), _zeros(shapes[3]), _zeros(shapes[4])
+    o, stats, _ = fmha_calls._forward(call.fmha, args)
+    return _bshd(o), np.asarray(stats)[..., None], _zeros(shapes[2]), _zeros(shapes[3])

@@ -1,0 +1,76 @@
+"""Transformer Engine's fused attention calls as the plain HLO they compute
+(``hlo/te_attention_call.py``): the cuDNN attention lowering of ``fmha_lowering.py`` on
+``[B, S, H, D]`` tensors.
+
+The sequence lengths of a padding mask are ``slice(cu, [1:B+1]) - slice(cu, [0:B])``; the
+forward's softmax_aux is the log-sum-exp statistics reshaped to ``[B, H, S, 1]`` (read back,
+reshaped to ``[B, H, S]``, by the matching backward: the reader refuses any other reader) and its
+rng_state zeros; the backward's dBias is empty. Results are transposed from the canonical
+``[B, H, S, D]`` to TE's ``[B, S, H, D]``.
+
+There is no library step for these calls: they are lowered whatever ``CompileOptions`` says
+(``library_calls.lower_library_calls``), after the whole module's calls were checked
+(``check_module``): lowering a forward call rewires its backward's operands.
+"""
+from __future__ import annotations
+
+from ..hlo import HloComputation, HloInstruction, HloModule
+from ..hlo.library_targets import TE_ATTENTION_TARGETS
+from ..hlo.shape import Shape
+from ..hlo.te_attention_call import TeAttentionCall, te_attention_call
+from .fmha_lowering import _backward, _Builder, _forward, replace_call
+
+
+def check_module(module: HloModule) -> None:
+    """Read every TE attention call of ``module`` with its private-leaf checks (refusing by
+    name), before any is lowered."""
+    for comp in module.computations:
+        for inst in comp.instructions:
+            if inst.opcode == "custom-call" and inst.attr("custom_call_target", None) in TE_ATTENTION_TARGETS:
+                te_attention_call(inst)
+
+
+def lower_te_attention(comp: HloComputation, call: HloInstruction) -> None:
+    """Replace the TE attention call ``call`` of ``comp`` by plain HLO (its private-leaf
+    checks were made by ``check_module``)."""
+    info = te_attention_call(call, check_flow=False)
+    b = _Builder(comp, call)
+    b.operands += _fmha_operands(b, info)
+    shapes = info.result_shapes
+    if info.backward:
+        dq, dk, dv = _backward(b, info.fmha)
+        empty = b.splat(b.constant(shapes[3].element_type, "0"), shapes[3])
+        leaves = [_bshd(b, dq), _bshd(b, dk), _bshd(b, dv), empty]
+    else:
+        o, stats = _forward(b, info.fmha)
+        aux = b.reshape(stats, shapes[1].dimensions)
+        rng = b.splat(b.constant(shapes[2].element_type, "0"), shapes[2])
+        leaves = [_bshd(b, o), aux, rng]
+    replace_call(b, leaves, shapes)
+
+
+def _fmha_operands(b: _Builder, info: TeAttentionCall) -> list[HloInstruction]:
+    """The q and kv sequence lengths and (backward) the ``[B, H, S]`` statistics: the
+    operands ``info.fmha`` reads after the call's own."""
+    ops = b.call.operands
+    out = [_seqlens(b, ops[info.q_cu_seqlens]), _seqlens(b, ops[info.kv_cu_seqlens])]
+    if info.backward:
+        aux = ops[4]
+        out.append(b.reshape(aux, aux.shape.dimensions[:3]))
+    return out
+
+
+def _seqlens(b: _Builder, cu: HloInstruction) -> HloInstruction:
+    """``cu[1:] - cu[:-1]``: s32[B] from the cumulative s32[B+1]."""
+    n = cu.shape.dimensions[0] - 1
+    shape = Shape.array("s32", (n,))
+    hi = b.add("slice", "slice", shape, [cu], slice=f"{{[1:{n + 1}]}}")
+    lo = b.add("slice", "slice", shape, [cu], slice=f"{{[0:{n}]}}")
+    return b.binary("subtract", hi, lo)
+
+
+def _bshd(b: _Builder, x: HloInstruction) -> HloInstruction:
+    return b.transpose(x, (0, 2, 1, 3))
+
+
+LOWERINGS = {t: lower_te_attention for t in TE_ATTENTION_TARGETS}
