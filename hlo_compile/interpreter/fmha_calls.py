@@ -76,7 +76,8 @@ def _scores(call: FmhaCall, ops, q: np.ndarray, k: np.ndarray) -> np.ndarray:
     return s.astype(F32)
 
 
-def _forward(call: FmhaCall, ops) -> tuple:
+def fmha_forward(call: FmhaCall, ops) -> tuple:
+    """The forward's results (O, [stats], workspace) for operands ``ops``."""
     q = _canonical(ops[call.q], call.q_roles)
     k = _all_heads(_canonical(ops[call.k], call.k_roles), call.group)
     v = _all_heads(_canonical(ops[call.v], call.v_roles), call.group)
@@ -97,7 +98,8 @@ def _forward(call: FmhaCall, ops) -> tuple:
     return tuple(out)
 
 
-def _backward(call: FmhaCall, ops) -> tuple:
+def fmha_backward(call: FmhaCall, ops) -> tuple:
+    """The backward's results (dQ, dK, dV, [dBias], workspace) for operands ``ops``."""
     G = call.group
     q = _canonical(ops[call.q], call.q_roles)
     k = _all_heads(_canonical(ops[call.k], call.k_roles), G)
@@ -137,4 +139,4 @@ def _workspace(call: FmhaCall) -> np.ndarray:
 @library_call(*sorted(FMHA_TARGETS))
 def _fmha(ev, inst, ops):
     call = fmha_call(inst)
-    return _backward(call, ops) if call.backward else _forward(call, ops)
+    return fmha_backward(call, ops) if call.backward else fmha_forward(call, ops)

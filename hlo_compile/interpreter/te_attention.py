@@ -43,7 +43,7 @@ def _te_attention(ev, inst, ops):
     shapes = call.result_shapes
     args = _fmha_operands(call, ops)
     if call.backward:
-        dq, dk, dv, _ = fmha_calls._backward(call.fmha, args)
+        dq, dk, dv, _ = fmha_calls.fmha_backward(call.fmha, args)
         return _bshd(dq), _bshd(dk), _bshd(dv), _zeros(shapes[3]), _zeros(shapes[4])
-    o, stats, _ = fmha_calls._forward(call.fmha, args)
+    o, stats, _ = fmha_calls.fmha_forward(call.fmha, args)
     return _bshd(o), np.asarray(stats)[..., None], _zeros(shapes[2]), _zeros(shapes[3])

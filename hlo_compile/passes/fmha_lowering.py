@@ -41,12 +41,12 @@ F32 = "f32"
 def lower_fmha(comp: HloComputation, call: HloInstruction) -> None:
     """Replace the fused-attention custom call ``call`` of ``comp`` by plain HLO."""
     info = fmha_call(call)
-    b = _Builder(comp, call)
-    leaves = _backward(b, info) if info.backward else _forward(b, info)
+    b = AttentionBuilder(comp, call)
+    leaves = attention_backward(b, info) if info.backward else attention_forward(b, info)
     replace_call(b, leaves, info.result_shapes)
 
 
-def replace_call(b: _Builder, leaves: list[HloInstruction], result_shapes: Sequence[Shape]) -> None:
+def replace_call(b: AttentionBuilder, leaves: list[HloInstruction], result_shapes: Sequence[Shape]) -> None:
     """Replace the call of ``b`` by the values ``leaves`` of its result leaves (all but the
     last, the workspace, which becomes zeros), copied to the declared layouts."""
     comp, call = b.comp, b.call
@@ -70,7 +70,7 @@ LOWERINGS: dict[str, Callable[[HloComputation, HloInstruction], None]] = {t: low
 
 # ---- the math -------------------------------------------------------------------------------
 
-def _inputs(b: _Builder, info: FmhaCall) -> tuple[HloInstruction, HloInstruction, HloInstruction]:
+def _inputs(b: AttentionBuilder, info: FmhaCall) -> tuple[HloInstruction, HloInstruction, HloInstruction]:
     """Q, K, V as f32 ``[B, N, seq, H]`` (K and V broadcast over each head group)."""
     ops = b.operands
     q = b.canonical(ops[info.q], info.q_roles)
@@ -79,7 +79,7 @@ def _inputs(b: _Builder, info: FmhaCall) -> tuple[HloInstruction, HloInstruction
     return q, k, v
 
 
-def _scores(b: _Builder, info: FmhaCall, q: HloInstruction, k: HloInstruction) -> tuple[HloInstruction, bool]:
+def _scores(b: AttentionBuilder, info: FmhaCall, q: HloInstruction, k: HloInstruction) -> tuple[HloInstruction, bool]:
     """``scale * Q.K^T + bias``, -inf where masked: f32 ``[B, N, T, S]``; and whether a row
     can hold -inf scores (a mask or a bias)."""
     dims = info.scores_dims
@@ -93,7 +93,7 @@ def _scores(b: _Builder, info: FmhaCall, q: HloInstruction, k: HloInstruction) -
     return s, masked is not None or info.bias is not None
 
 
-def _mask(b: _Builder, info: FmhaCall) -> HloInstruction | None:
+def _mask(b: AttentionBuilder, info: FmhaCall) -> HloInstruction | None:
     """pred ``[B, N, T, S]``: the scores cuDNN sets to -inf, or None."""
     dims = info.scores_dims
     parts = []
@@ -117,7 +117,8 @@ def _mask(b: _Builder, info: FmhaCall) -> HloInstruction | None:
     return out
 
 
-def _forward(b: _Builder, info: FmhaCall) -> list[HloInstruction]:
+def attention_forward(b: AttentionBuilder, info: FmhaCall) -> list[HloInstruction]:
+    """The forward's result values: O ``[B, N, T, H]`` in the input type, [stats f32 ``[B, N, T]``]."""
     q, k, v = _inputs(b, info)
     s, can_be_empty = _scores(b, info, q, k)
     dims = info.scores_dims
@@ -139,7 +140,8 @@ def _forward(b: _Builder, info: FmhaCall) -> list[HloInstruction]:
     return out
 
 
-def _backward(b: _Builder, info: FmhaCall) -> list[HloInstruction]:
+def attention_backward(b: AttentionBuilder, info: FmhaCall) -> list[HloInstruction]:
+    """The backward's result values: dQ, dK, dV (canonical order, the input type), [dBias]."""
     ops = b.operands
     q, k, v = _inputs(b, info)
     d_o = b.canonical(ops[info.d_o], info.do_roles)
@@ -183,7 +185,7 @@ def _braces(values: Sequence[int]) -> str:
     return "{" + ",".join(str(v) for v in values) + "}"
 
 
-class _Builder:
+class AttentionBuilder:
     """New instructions for one call, in order, named ``<call>.<what>``; the reductions'
     computations are added to the module before ``comp``."""
 

@@ -18,7 +18,7 @@ from ..hlo import HloComputation, HloInstruction, HloModule
 from ..hlo.library_targets import TE_ATTENTION_TARGETS
 from ..hlo.shape import Shape
 from ..hlo.te_attention_call import TeAttentionCall, te_attention_call
-from .fmha_lowering import _backward, _Builder, _forward, replace_call
+from .fmha_lowering import AttentionBuilder, attention_backward, attention_forward, replace_call
 
 
 def check_module(module: HloModule) -> None:
@@ -34,22 +34,22 @@ def lower_te_attention(comp: HloComputation, call: HloInstruction) -> None:
     """Replace the TE attention call ``call`` of ``comp`` by plain HLO (its private-leaf
     checks were made by ``check_module``)."""
     info = te_attention_call(call, check_flow=False)
-    b = _Builder(comp, call)
+    b = AttentionBuilder(comp, call)
     b.operands += _fmha_operands(b, info)
     shapes = info.result_shapes
     if info.backward:
-        dq, dk, dv = _backward(b, info.fmha)
+        dq, dk, dv = attention_backward(b, info.fmha)
         empty = b.splat(b.constant(shapes[3].element_type, "0"), shapes[3])
         leaves = [_bshd(b, dq), _bshd(b, dk), _bshd(b, dv), empty]
     else:
-        o, stats = _forward(b, info.fmha)
+        o, stats = attention_forward(b, info.fmha)
         aux = b.reshape(stats, shapes[1].dimensions)
         rng = b.splat(b.constant(shapes[2].element_type, "0"), shapes[2])
         leaves = [_bshd(b, o), aux, rng]
     replace_call(b, leaves, shapes)
 
 
-def _fmha_operands(b: _Builder, info: TeAttentionCall) -> list[HloInstruction]:
+def _fmha_operands(b: AttentionBuilder, info: TeAttentionCall) -> list[HloInstruction]:
     """The q and kv sequence lengths and (backward) the ``[B, H, S]`` statistics: the
     operands ``info.fmha`` reads after the call's own."""
     ops = b.call.operands
@@ -60,7 +60,7 @@ def _fmha_operands(b: _Builder, info: TeAttentionCall) -> list[HloInstruction]:
     return out
 
 
-def _seqlens(b: _Builder, cu: HloInstruction) -> HloInstruction:
+def _seqlens(b: AttentionBuilder, cu: HloInstruction) -> HloInstruction:
     """``cu[1:] - cu[:-1]``: s32[B] from the cumulative s32[B+1]."""
     n = cu.shape.dimensions[0] - 1
     shape = Shape.array("s32", (n,))
@@ -69,7 +69,7 @@ def _seqlens(b: _Builder, cu: HloInstruction) -> HloInstruction:
     return b.binary("subtract", hi, lo)
 
 
-def _bshd(b: _Builder, x: HloInstruction) -> HloInstruction:
+def _bshd(b: AttentionBuilder, x: HloInstruction) -> HloInstruction:
     return b.transpose(x, (0, 2, 1, 3))
 
 
