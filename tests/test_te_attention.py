@@ -29,7 +29,8 @@ MASKS = {"NO_MASK": 0, "PADDING": 1, "CAUSAL": 2, "PADDING_CAUSAL": 3}
 @dataclass(frozen=True)
 class Case:
     B: int = 2
-    S: int = 128
+    S: int = 128         # key/value sequence length
+    T: int = 0           # query sequence length (0: S)
     N: int = 8
     G: int = 2           # key/value heads (num_gqa_groups)
     D: int = 64
@@ -41,13 +42,17 @@ class Case:
     def padding(self) -> bool:
         return self.mask in ("PADDING", "PADDING_CAUSAL")
 
+    @property
+    def q_len(self) -> int:
+        return self.T or self.S
+
 
 def config(c: Case, **over) -> str:
     fields = {"attn_heads": f"{c.N} : i64", "bias_batch": "0 : i64", "bias_heads": "0 : i64",
               "bias_type": "0 : i64", "deterministic": "false", "dropout_probability": "0.000000e+00 : f64",
               "input_batch": f"{c.B} : i64", "is_training": "true", "kv_max_seqlen": f"{c.S} : i64",
               "mask_type": f"{MASKS[c.mask]} : i64", "max_segments_per_seq": "1 : i64",
-              "num_gqa_groups": f"{c.G} : i64", "q_max_seqlen": f"{c.S} : i64", "qk_head_dim": f"{c.D} : i64",
+              "num_gqa_groups": f"{c.G} : i64", "q_max_seqlen": f"{c.q_len} : i64", "qk_head_dim": f"{c.D} : i64",
               "qkv_layout": "9 : i64", "scaling_factor": f"{c.scale:.6e} : f64", "v_head_dim": f"{c.D} : i64",
               "window_size_left": "-1 : i64", "window_size_right": "-1 : i64"}
     fields.update(over)
@@ -59,9 +64,9 @@ def module_text(c: Case, *, aux_out: bool = False, fwd_config: str | None = None
     """Parameters q, k, v, q_cu_seqlens, kv_cu_seqlens, dO; results O (and dQ, dK, dV), in the
     way the llama benchmark modules call TE (empty bias and offsets, the rng_state through a
     copy). ``aux_out``: softmax_aux is also a result (refused)."""
-    B, S, N, G, D = c.B, c.S, c.N, c.G, c.D
-    q_t, kv_t = f"bf16[{B},{S},{N},{D}]{{3,2,1,0}}", f"bf16[{B},{S},{G},{D}]{{3,2,1,0}}"
-    cu_t, aux_t, rng_t = f"s32[{B + 1}]{{0}}", f"f32[{B},{N},{S},1]{{3,2,1,0}}", "u32[2,4]{1,0}"
+    B, S, T, N, G, D = c.B, c.S, c.q_len, c.N, c.G, c.D
+    q_t, kv_t = f"bf16[{B},{T},{N},{D}]{{3,2,1,0}}", f"bf16[{B},{S},{G},{D}]{{3,2,1,0}}"
+    cu_t, aux_t, rng_t = f"s32[{B + 1}]{{0}}", f"f32[{B},{N},{T},1]{{3,2,1,0}}", "u32[2,4]{1,0}"
     empties = ", ".join(["empty.f32"] * 6)
     lines = [f"  q = {q_t} parameter(0)", f"  k = {kv_t} parameter(1)", f"  v = {kv_t} parameter(2)",
              f"  q_cu = {cu_t} parameter(3)", f"  kv_cu = {cu_t} parameter(4)",
@@ -93,16 +98,16 @@ def module_text(c: Case, *, aux_out: bool = False, fwd_config: str | None = None
 
 def make_inputs(c: Case, seed: int, q_lens=None, kv_lens=None) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    q_lens = [c.S] * c.B if q_lens is None else q_lens
+    q_lens = [c.q_len] * c.B if q_lens is None else q_lens
     kv_lens = [c.S] * c.B if kv_lens is None else kv_lens
 
     def cu(lens):
         return np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
-    args = [rng.normal(size=(c.B, c.S, c.N, c.D)).astype(BF16),
+    args = [rng.normal(size=(c.B, c.q_len, c.N, c.D)).astype(BF16),
             rng.normal(size=(c.B, c.S, c.G, c.D)).astype(BF16),
             rng.normal(size=(c.B, c.S, c.G, c.D)).astype(BF16), cu(q_lens), cu(kv_lens)]
     if c.backward:
-        args.append(rng.normal(size=(c.B, c.S, c.N, c.D)).astype(BF16))
+        args.append(rng.normal(size=(c.B, c.q_len, c.N, c.D)).astype(BF16))
     return args
 
 
@@ -115,8 +120,8 @@ def reference(c: Case, args) -> dict[str, np.ndarray]:
 
     def lens(cu):
         return np.diff(np.asarray(cu, np.int64))
-    i, j = np.arange(c.S)[:, None], np.arange(c.S)[None, :]
-    masked = np.zeros((c.B, 1, c.S, c.S), bool)
+    i, j = np.arange(c.q_len)[:, None], np.arange(c.S)[None, :]
+    masked = np.zeros((c.B, 1, c.q_len, c.S), bool)
     if c.mask in ("CAUSAL", "PADDING_CAUSAL"):
         masked |= j > i
     if c.padding:
@@ -166,8 +171,8 @@ def jax_grads(c: Case, args) -> dict[str, np.ndarray]:
     jax.config.update("jax_enable_x64", True)
     jnp = jax.numpy
     q, k, v, d_o = (jnp.asarray(np.asarray(a, np.float64)) for a in (*args[:3], args[5]))
-    i, j = np.arange(c.S)[:, None], np.arange(c.S)[None, :]
-    valid = np.ones((c.B, 1, c.S, c.S), bool)
+    i, j = np.arange(c.q_len)[:, None], np.arange(c.S)[None, :]
+    valid = np.ones((c.B, 1, c.q_len, c.S), bool)
     if c.mask in ("CAUSAL", "PADDING_CAUSAL"):
         valid &= j <= i
     if c.padding:
@@ -240,6 +245,31 @@ def test_backward_is_jax_grad(mask):
     got = dict(zip(names(c), flat(evaluate_module(parse_module(module_text(c)), args))))
     for name, g in jax_grads(c, args).items():
         assert max_error(got[name], g) <= BOUND, f"{mask} {name}: {max_error(got[name], g):.3g}"
+
+
+@pytest.mark.parametrize("mask", ["CAUSAL", "PADDING_CAUSAL"])
+def test_cross_attention_causal_is_top_left(mask):
+    """Query and key lengths differ (T=48, S=80): NVTE_CAUSAL_MASK is aligned to the top left
+    corner (key j masked after query i); interpreter vs numpy and jax.grad, host vs interpreter."""
+    c = Case(mask=mask, T=48, S=80, N=4, G=2, D=32)
+    args = make_inputs(c, 7, [48, 30], [80, 21]) if c.padding else make_inputs(c, 7)
+    module = parse_module(module_text(c))
+    want = flat(evaluate_module(module, args))
+    got = flat(compile_executable(module, "host").run(args))
+    ref = reference(c, args) | jax_grads(c, args)
+    for name, w, g in zip(names(c), want, got):
+        assert max_error(w, ref[name]) <= BOUND, f"interpreter {name}: {max_error(w, ref[name]):.3g}"
+        assert max_error(g, w) <= BOUND, f"host {name}: {max_error(g, w):.3g}"
+
+
+def test_te_calls_are_no_library_family_and_always_lowered():
+    """No library step runs a TE call: it is lowered even when no family is generated (cuda
+    with --gemm/--conv=library)."""
+    from hlo_compile.hlo.library_targets import TE_ATTENTION_TARGETS, library_family
+    from hlo_compile.passes import run_passes
+    assert all(library_family(t) is None for t in TE_ATTENTION_TARGETS)
+    out = run_passes(parse_module(module_text(Case(S=16, N=2, G=1, D=8))), generated_calls=frozenset())
+    assert not _te_calls(out)
 
 
 def test_non_padding_masks_ignore_the_sequence_lengths():
