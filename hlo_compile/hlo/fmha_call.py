@@ -131,13 +131,29 @@ def fmha_call(inst: HloInstruction) -> FmhaCall:
     return _Reader(inst).read()
 
 
-class _Reader:
+class CallReader:
+    """What every library-call reader does: refuse naming the call, check operand shapes."""
+
     def __init__(self, inst: HloInstruction):
         self.inst = inst
         self.target = inst.attr("custom_call_target", "")
 
     def refuse(self, why: str) -> NoReturn:
         raise HloUnsupportedError(f"custom-call '%{self.inst.name}' ({self.target}): {why}", self.inst.location)
+
+    def operand_shape(self, i: int, what: str) -> Shape:
+        shape = self.inst.operands[i].shape
+        if not shape.is_array:
+            self.refuse(f"operand {i} ({what}) is not an array")
+        return shape
+
+    def expect(self, shape: Shape, dims, types, what: str) -> None:
+        if tuple(shape.dimensions) != tuple(dims) or shape.element_type not in types:
+            want = "|".join(sorted(types)) + "[" + ",".join(map(str, dims)) + "]"
+            self.refuse(f"{what} should be {want}, got {shape.to_text(False)}")
+
+
+class _Reader(CallReader):
 
     # ---- the config ------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -210,17 +226,6 @@ class _Reader:
         return Roles(batch[0], batch[1], rest, contracting[0])
 
     # ---- operands and results --------------------------------------------------------------
-    def operand_shape(self, i: int, what: str) -> Shape:
-        shape = self.inst.operands[i].shape
-        if not shape.is_array:
-            self.refuse(f"operand {i} ({what}) is not an array")
-        return shape
-
-    def expect(self, shape: Shape, dims, types, what: str) -> None:
-        if tuple(shape.dimensions) != tuple(dims) or shape.element_type not in types:
-            want = "|".join(sorted(types)) + "[" + ",".join(map(str, dims)) + "]"
-            self.refuse(f"{what} should be {want}, got {shape.to_text(False)}")
-
     def read(self) -> FmhaCall:
         inst, target = self.inst, self.target
         if target not in FMHA_TARGETS:

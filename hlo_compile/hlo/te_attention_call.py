@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from .errors import HloUnsupportedError
-from .fmha_call import FmhaCall, Roles
+from .fmha_call import CallReader, FmhaCall, Roles
 from .ir import HloInstruction
 from .library_targets import TE_ATTENTION_BACKWARD, TE_ATTENTION_FORWARD, TE_ATTENTION_TARGETS
 from .shape import Shape
@@ -122,14 +122,7 @@ def _refuse(inst: HloInstruction, why: str) -> NoReturn:
     raise HloUnsupportedError(f"custom-call '%{inst.name}' ({target}): {why}", inst.location)
 
 
-class _Reader:
-    def __init__(self, inst: HloInstruction):
-        self.inst = inst
-        self.target = inst.attr("custom_call_target", "")
-
-    def refuse(self, why: str) -> NoReturn:
-        _refuse(self.inst, why)
-
+class _Reader(CallReader):
     def config(self) -> dict[str, Any]:
         raw = self.inst.attr("backend_config", None)
         cfg = parse_mlir_dict(raw) if isinstance(raw, str) else None
@@ -176,17 +169,6 @@ class _Reader:
             self.refuse(f"unknown mask_type={mask}")
         return MASKS[mask]
 
-    def shape(self, i: int, what: str) -> Shape:
-        shape = self.inst.operands[i].shape
-        if not shape.is_array:
-            self.refuse(f"operand {i} ({what}) is not an array")
-        return shape
-
-    def expect(self, shape: Shape, dims, types, what: str) -> None:
-        if tuple(shape.dimensions) != tuple(dims) or shape.element_type not in types:
-            want = "|".join(sorted(types)) + "[" + ",".join(map(str, dims)) + "]"
-            self.refuse(f"{what} should be {want}, got {shape.to_text(False)}")
-
     def read(self) -> TeAttentionCall:
         inst, target = self.inst, self.target
         if target not in TE_ATTENTION_TARGETS:
@@ -200,7 +182,7 @@ class _Reader:
         if len(inst.operands) != len(names):
             self.refuse(f"expected {len(names)} operands ({', '.join(names)}), got {len(inst.operands)}")
         pos = {n: i for i, n in enumerate(names)}
-        qs, ks, vs = (self.shape(pos[n], n) for n in ("q", "k", "v"))
+        qs, ks, vs = (self.operand_shape(pos[n], n) for n in ("q", "k", "v"))
         for s, what in ((qs, "q"), (ks, "k"), (vs, "v")):
             if s.rank != 4:
                 self.refuse(f"{what} should be [B, S, H, D] (rank 4), got {s.to_text(False)}")
@@ -220,21 +202,22 @@ class _Reader:
             if cfg[key] != size:
                 self.refuse(f"backend_config {key}={cfg[key]} does not match the operands ({size})")
         for n in _EMPTY_OPERANDS:
-            s = self.shape(pos[n], n)
+            s = self.operand_shape(pos[n], n)
             if s.rank != 1 or s.dimensions[0] != 0:
                 self.refuse(f"operand {pos[n]} ({n}) should be empty, got {s.to_text(False)}")
         for n in ("q_cu_seqlens", "kv_cu_seqlens"):
-            self.expect(self.shape(pos[n], n), (B + 1,), {"s32"}, f"operand {pos[n]} ({n})")
+            self.expect(self.operand_shape(pos[n], n), (B + 1,), {"s32"}, f"operand {pos[n]} ({n})")
         o_t = (B, T, N, Hv)
         if backward:
-            self.expect(self.shape(pos["softmax_aux"], "softmax_aux"), (B, N, T, 1), {"f32"}, "operand 4 (softmax_aux)")
-            rng = self.shape(pos["rng_state"], "rng_state")
+            aux = self.operand_shape(pos["softmax_aux"], "softmax_aux")
+            self.expect(aux, (B, N, T, 1), {"f32"}, "operand 4 (softmax_aux)")
+            rng = self.operand_shape(pos["rng_state"], "rng_state")
             if rng.rank != 2 or rng.dimensions[1] != 4 or rng.element_type != "u32":
                 self.refuse(f"operand 5 (rng_state) should be u32[n,4], got {rng.to_text(False)}")
-            self.expect(self.shape(pos["o"], "o"), o_t, {et}, "operand 6 (output)")
-            self.expect(self.shape(pos["d_o"], "d_o"), o_t, {et}, "operand 7 (doutput)")
+            self.expect(self.operand_shape(pos["o"], "o"), o_t, {et}, "operand 6 (output)")
+            self.expect(self.operand_shape(pos["d_o"], "d_o"), o_t, {et}, "operand 7 (doutput)")
         else:
-            seed = self.shape(pos["seed"], "seed")
+            seed = self.operand_shape(pos["seed"], "seed")
             if seed.rank != 1 or seed.element_type != "u32":
                 self.refuse(f"operand 4 (seed) should be u32[n], got {seed.to_text(False)}")
         leaves = self.results(backward, et, (B, T, N, S, Nk, H, Hv))
