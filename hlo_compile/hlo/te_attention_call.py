@@ -16,7 +16,8 @@ is_training = true, scaling_factor = 1.000000e+00 : f64}``), not JSON. Supported
 (no bias), dropout 0, ``mask_type`` 0-3 (NVTE_NO_MASK, PADDING, CAUSAL, PADDING_CAUSAL; causal
 aligned top-left), one segment per sequence, no sliding window, GQA (``num_gqa_groups`` key/value
 heads). With a padding mask the sequence lengths are ``cu_seqlens[b+1] - cu_seqlens[b]``
-(valid tokens first in each batch row); other masks ignore them, as TE does.
+(valid tokens first in each batch row); padded query rows give zero output (TE's own tests
+check that) and other masks ignore the lengths, as TE does.
 
 ``softmax_aux`` (cuDNN's softmax statistics) and ``rng_state`` are TE's private formats, so a
 forward's are only accepted when nothing but a matching backward call (same Q, K, V,
