@@ -290,8 +290,13 @@ def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels, *,
         env.cache.evict()  # once, not per entry: it lists the whole cache
     seconds = {part: sum(r.seconds.get(part, 0.0) for r in fresh) for part in ("parse", "link", "opt", "emit")}
     seconds["compile"] = time.perf_counter() - t0
-    ptx = merge_ptx([results[n].ptx for n in names], names)
-    text = LazyText(lambda: link_optimized([results[n].llvm_opt for n in names], plan.module.name))
+    if names:
+        ptx = merge_ptx([results[n].ptx for n in names], names)
+        text = LazyText(lambda: link_optimized([results[n].llvm_opt for n in names], plan.module.name))
+    else:  # no kernel (only library calls, fft, tuples...): LLVM's PTX of an empty module, which ptxas takes
+        from llvmlite import ir
+        empty = compile_to_ptx(ir.Module(name=plan.module.name), options.arch, [], options.opt_level)
+        ptx, text = empty.ptx, LazyText(lambda: empty.llvm_opt)
     value = OptimizedKernels(ptx, {n: results[n].llvm_opt for n in names}, text, len(names) - len(todo))
     return StageOutput(value, text, seconds=seconds)
 

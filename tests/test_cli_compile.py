@@ -163,3 +163,20 @@ def test_a_platform_gives_its_own_options_to_the_pipeline():
     assert exe.pipeline.options == dataclasses.replace(asked, arch="sm_90") and asked.arch == "sm_80"
     assert exe.plan.device.arch == "sm_90" and set(exe.kernels) == {k.fusion.name for k in exe.plan.kernels}
     assert {"hlo", "fusions", "programs", "kernels"} <= set(exe.pipeline.module_seconds)
+
+
+def test_module_without_kernels_gives_valid_ptx_and_cubin(tmp_path):
+    """A module that launches nothing (a tuple of its parameters; an fft or a library call alone)
+    still has a module PTX with its header, which ptxas assembles (the per-kernel merge once gave
+    an empty text: 'Missing .version directive')."""
+    from hlo_compile.targets.nvptx import toolkit
+    path = tmp_path / "t.hlo"
+    path.write_text("HloModule t\nENTRY e {\n  a = f32[4] parameter(0)\n  b = f32[2] parameter(1)\n"
+                    "  ROOT t = (f32[4], f32[2]) tuple(a, b)\n}\n")
+    r = _invoke(compile_main, path, "--emit=ptx")
+    assert r.exit_code == 0 and ".version" in r.output and ".target sm_80" in r.output, r.output
+    if toolkit.find_ptxas() is None:
+        return  # the PTX checks above still ran
+    r = _invoke(compile_main, path, "--dump-to", str(tmp_path / "d"))
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "d" / "module_0000.t.cubin").stat().st_size > 0
