@@ -454,3 +454,20 @@ def test_rng_state_and_its_generators_agree_with_xla_cpu_over_runs():
                 np.testing.assert_array_equal(g, w, err_msg=f"run {i}, output {j}")
     # a new executable starts the counters again, as XLA's
     assert literals.flatten(compile_executable(module, "host").run([x]))[0].tolist() == [0x7012395, 0]
+
+
+def test_sugar_whose_wrapped_op_has_the_wrong_shape_is_a_verify_error(tmp_path):
+    """dot-start(%l, %r) with no contracting dimensions is an outer product: its declared result
+    f32[128,128] is wrong (XLA's desugaring parser test), refused at the start's line, not an
+    internal error in the emitter (it was)."""
+    from click.testing import CliRunner
+
+    from hlo_compile.cli.compile import main
+    path = tmp_path / "d.hlo"
+    path.write_text("HloModule d\nENTRY main {\n  %lhs = f32[128,128] parameter(0)\n"
+                    "  %rhs = f32[128,128] parameter(1)\n"
+                    "  %dot-start = ((f32[128,128], f32[128,128]), f32[128,128], u32[]) dot-start(%lhs, %rhs)\n"
+                    "  ROOT %result = f32[128,128] dot-done(%dot-start)\n}\n")
+    r = CliRunner().invoke(main, [str(path), "--emit=ptx", "--no-cache"])
+    assert r.exit_code == 2 and ":5:" in r.output and "inferred shape f32[128,128,128,128]" in r.output, r.output
+    assert "Traceback" not in r.output and "internal" not in r.output

@@ -26,6 +26,7 @@ from hlo_compile.hlo.errors import HloUnsupportedError
 from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule
 from hlo_compile.hlo.opcodes import ASYNC_SUGAR_EXCLUDED, OPCODES
 from hlo_compile.hlo.rewrite import CONTROL_PREDECESSORS, NameScope, add_computation, new_instruction
+from hlo_compile.hlo.verifier import verify_instruction
 
 _PHASES = ("start", "update", "done")
 _OUTER = frozenset({"async_execution_thread", CONTROL_PREDECESSORS, "metadata"})
@@ -58,7 +59,7 @@ def _check_binding(start: HloInstruction) -> None:
 
 
 def _wrap_start(start: HloInstruction, base: str, module: HloModule, comp: HloComputation,
-                names: NameScope) -> None:
+                names: NameScope) -> HloInstruction:
     """Turn ``start`` into ``async-start`` over a new computation holding ``base`` (in place)."""
     _check_binding(start)
     params = [new_instruction(names.fresh(f"param_{k}"), "parameter", op.shape, parameter_number=k, like=start)
@@ -72,12 +73,14 @@ def _wrap_start(start: HloInstruction, base: str, module: HloModule, comp: HloCo
     outer = {n: a for n, a in start.attributes.items() if n in _OUTER}
     start.attributes = {"calls": Attribute("calls", f"%{wrapped.name}", wrapped), **outer}
     start.opcode = "async-start"
+    return inner
 
 
 def wrap_async_sugar(module: HloModule) -> HloModule:
     """Every ``X-start``/``X-update``/``X-done`` of every computation as ``async-start``/
     ``async-update``/``async-done`` with a wrapped computation holding X; in place."""
     names: NameScope | None = None
+    wrapped: list[HloInstruction] = []
     for comp in list(module.computations):
         for inst in comp.instructions:
             sugar = sugar_of(inst)
@@ -88,9 +91,13 @@ def wrap_async_sugar(module: HloModule) -> HloModule:
                 if names is None:
                     names = NameScope([c.name for c in module.computations]
                                       + [i.name for c in module.computations for i in c.instructions])
-                _wrap_start(inst, base, module, comp, names)
+                wrapped.append(_wrap_start(inst, base, module, comp, names))
             else:
                 if len(inst.operands) != 1:
                     raise _refuse(inst, "operands bound at an update or done (late binding) are not supported")
                 inst.opcode = f"async-{phase}"
+    # the sugar's shape says nothing of X's own: X is checked as XLA would (a dot-start's dot),
+    # after the refusals of forms we do not run, which name the form
+    for inner in wrapped:
+        verify_instruction(inner)
     return module
