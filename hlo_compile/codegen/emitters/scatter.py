@@ -36,6 +36,7 @@ only selects XLA's other variant; it does not change the results here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from llvmlite import ir
 
@@ -254,8 +255,9 @@ def _combine_cas(b: ir.IRBuilder, target: Target, scatter, shape, ptr: ir.Value,
     """``*ptr = to_apply(*ptr, value)`` atomically, by compare-and-swap on the enclosing word
     (a c64 element is one 64-bit word: its (real, imag) pair is swapped whole)."""
     et = shape.element_type
-    if et == "c64":
-        _combine_cas_c64(b, target, scatter, ptr, value)
+    if et == "c64":   # opaque pointers: the 64-bit word is the element itself
+        _cas_loop(b, ptr, I64, lambda cur: _c64_to_bits(
+            b, emit_call_computation(b, target, scatter.to_apply, [_c64_from_bits(b, cur), value])[0]))
         return
     st = storage_type(et)
     bits = st.width if isinstance(st, ir.IntType) else {"half": 16, "bfloat": 16, "float": 32, "double": 64}[str(st)]
@@ -268,6 +270,25 @@ def _combine_cas(b: ir.IRBuilder, target: Target, scatter, shape, ptr: ir.Value,
         word_ptr = b.inttoptr(b.and_(addr, ir.Constant(I64, ~3)), ptr.type)
         shift = b.trunc(b.shl(b.and_(addr, ir.Constant(I64, 3)), ir.Constant(I64, 3)), I32)
         word_t = I32
+
+    def next_word(cur: ir.Value) -> ir.Value:
+        raw = cur if shift is None else b.trunc(b.lshr(cur, shift), elem_int)
+        old = from_storage(b, raw if isinstance(st, ir.IntType) else b.bitcast(raw, st), et)
+        new, = emit_call_computation(b, target, scatter.to_apply, [old, value])
+        new_raw = to_storage(b, new, et)
+        if not isinstance(st, ir.IntType):
+            new_raw = b.bitcast(new_raw, elem_int)
+        if shift is None:
+            return new_raw
+        mask = b.shl(ir.Constant(I32, (1 << bits) - 1), shift)
+        return b.or_(b.and_(cur, b.not_(mask)), b.shl(b.zext(new_raw, I32), shift))
+    _cas_loop(b, word_ptr, word_t, next_word)
+
+
+def _cas_loop(b: ir.IRBuilder, word_ptr: ir.Value, word_t: ir.IntType,
+              next_word: Callable[[ir.Value], ir.Value]) -> None:
+    """The compare-and-swap loop: read the word, compute ``next_word(current)``, swap it in
+    if the word is unchanged, else retry with what was seen."""
     start = b.load_atomic(word_ptr, "monotonic", word_t.width // 8, typ=word_t)
     pre = b.block
     loop = b.append_basic_block("cas.loop")
@@ -276,36 +297,7 @@ def _combine_cas(b: ir.IRBuilder, target: Target, scatter, shape, ptr: ir.Value,
     b.position_at_end(loop)
     cur = b.phi(word_t, name="cas.cur")
     cur.add_incoming(start, pre)
-    raw = cur if shift is None else b.trunc(b.lshr(cur, shift), elem_int)
-    old = from_storage(b, raw if isinstance(st, ir.IntType) else b.bitcast(raw, st), et)
-    new, = emit_call_computation(b, target, scatter.to_apply, [old, value])
-    new_raw = to_storage(b, new, et)
-    if not isinstance(st, ir.IntType):
-        new_raw = b.bitcast(new_raw, elem_int)
-    if shift is None:
-        new_word = new_raw
-    else:
-        mask = b.shl(ir.Constant(I32, (1 << bits) - 1), shift)
-        new_word = b.or_(b.and_(cur, b.not_(mask)), b.shl(b.zext(new_raw, I32), shift))
-    pair = b.cmpxchg(word_ptr, cur, new_word, "monotonic", "monotonic")
-    seen, ok = b.extract_value(pair, 0), b.extract_value(pair, 1)
-    cur.add_incoming(seen, b.block)
-    b.cbranch(ok, done, loop)
-    b.position_at_end(done)
-
-
-def _combine_cas_c64(b: ir.IRBuilder, target: Target, scatter, ptr: ir.Value, value: ir.Value) -> None:
-    word_ptr = ptr   # opaque pointers: the 64-bit word is the element itself
-    start = b.load_atomic(word_ptr, "monotonic", 8, typ=I64)
-    pre = b.block
-    loop = b.append_basic_block("cas.loop")
-    done = b.append_basic_block("cas.done")
-    b.branch(loop)
-    b.position_at_end(loop)
-    cur = b.phi(I64, name="cas.cur")
-    cur.add_incoming(start, pre)
-    new, = emit_call_computation(b, target, scatter.to_apply, [_c64_from_bits(b, cur), value])
-    pair = b.cmpxchg(word_ptr, cur, _c64_to_bits(b, new), "monotonic", "monotonic")
+    pair = b.cmpxchg(word_ptr, cur, next_word(cur), "monotonic", "monotonic")
     seen, ok = b.extract_value(pair, 0), b.extract_value(pair, 1)
     cur.add_incoming(seen, b.block)
     b.cbranch(ok, done, loop)
