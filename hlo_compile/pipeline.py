@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from .dump import (BEFORE_OPTIMIZATIONS, DumpDirectory, DumpWriter, as_dump_directory, safe_file_name,
                    xla_arch_name)
 from .hlo.errors import HloError, HloUnsupportedError
-from .kernel_cache import KernelCache, cache_key, tool_versions
+from .kernel_cache import KernelCache
 from .options import CompileOptions
 from .stages import (SOURCE, STAGES, LazyText, OptimizedKernels, Stage, StageEnv, StageOutput, StageUnavailable,
                      split_ptx, text_of)
@@ -129,10 +129,8 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
     kernels); their artifacts are the goal, and an error in a stage that only feeds the dump
     does not fail the run: it is kept in ``dump_errors``. With neither, every stage runs.
     With ``dump_to``, every stage runs and each is written as it completes, as module number
-    ``module_index`` of the dump; ``summary.json`` once the dumped stages are done. With
-    ``cache``, a stage that says how (``Stage.cache``) is read from it when its inputs, the
-    options and the tool versions are the same, and written to it otherwise; stages that work
-    per kernel (``Stage.uses_env``) keep an entry per kernel there, use ``jobs`` processes and
+    ``module_index`` of the dump; ``summary.json`` once the dumped stages are done. Stages
+    that work per kernel (``Stage.uses_env``) keep an entry per kernel in ``cache``, use ``jobs`` processes and
     call ``progress(stage, done, total)`` as kernels are done (and ``progress(stage, 0, 0)``
     as each stage begins)."""
     result = PipelineResult(module, options)
@@ -169,7 +167,7 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
             if progress is not None:
                 progress(s.name, 0, 0)  # a stage begins
             try:
-                out = _run_stage(s, options, [values[n] for n in s.needs], cache, result, env)
+                out = _run_stage(s, options, [values[n] for n in s.needs], result, env)
                 if isinstance(out.text, LazyText) and (result.writer is not None or s is wanted):
                     out.text()  # printed or dumped: made here, where its failure is this stage's
             except StageUnavailable as e:
@@ -190,29 +188,16 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
     return result
 
 
-def _run_stage(s: Stage, options: CompileOptions, inputs: list, cache: KernelCache | None,
-               result: PipelineResult, env: StageEnv) -> StageOutput:
-    """``s`` on ``inputs``, or its output from ``cache`` (a damaged entry is a miss, rewritten)."""
+def _run_stage(s: Stage, options: CompileOptions, inputs: list, result: PipelineResult,
+               env: StageEnv) -> StageOutput:
+    """``s`` on ``inputs`` (a per-kernel stage with ``env``: its cache, workers and progress)."""
     if s.uses_env:
         out = s.run(options, *inputs, env=env)
         v = out.value
         if isinstance(v, OptimizedKernels) and v.optimized and v.from_cache == len(v.optimized):
             result.cache_hits.append(s.name)  # every kernel from the cache
         return out
-    if cache is None or s.cache is None:
-        return s.run(options, *inputs)
-    key = cache_key(s.name, repr(options), tool_versions(), s.cache.key_text(options, *inputs))
-    data = cache.get(key)
-    if data is not None:
-        try:
-            out = s.cache.load(data)
-            result.cache_hits.append(s.name)
-            return out
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-            pass
-    out = s.run(options, *inputs)
-    cache.put(key, s.cache.dump(out))
-    return out
+    return s.run(options, *inputs)
 
 
 def _record(result: PipelineResult, s: Stage, out: StageOutput, seconds: float) -> None:

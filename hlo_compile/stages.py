@@ -98,17 +98,6 @@ class StageOutput:
 
 
 @dataclass(frozen=True)
-class StageCache:
-    """How the driver keeps a stage's output in the persistent cache (``kernel_cache.py``):
-    ``key_text(options, *inputs)`` is the text of what the output depends on besides the
-    options and tool versions; ``dump(output)`` its bytes; ``load(bytes)`` the output again."""
-
-    key_text: Callable[..., str]
-    dump: Callable[[StageOutput], bytes]
-    load: Callable[[bytes], StageOutput]
-
-
-@dataclass(frozen=True)
 class Stage:
     name: str
     needs: tuple[str, ...]                    # the artifacts ``run`` takes after the options
@@ -119,7 +108,6 @@ class Stage:
     #                                           a stage of the runtime, never printed or dumped
     xla_names: tuple[str, ...] = ()           # hlo-opt's --stage spellings of this stage
     description: str = ""
-    cache: StageCache | None = None           # kept in the persistent cache by the driver
     uses_env: bool = False                    # ``run`` takes ``env=StageEnv`` (cache, jobs, progress)
 
 
