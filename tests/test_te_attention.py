@@ -351,17 +351,130 @@ def test_unsupported_options_are_refused_by_name(key, value, words):
     assert "%te.fwd" in msg and "te_fused_attn_forward_ffi" in msg and words in msg, msg
 
 
-def test_softmax_aux_as_a_result_is_refused():
-    c = Case(backward=False, S=16, N=2, G=1, D=8)
+def test_padded_softmax_aux_as_a_result_is_refused():
+    """Under a padding mask softmax_aux's padded rows are unspecified: returning it is refused."""
+    c = Case(mask="PADDING", backward=False, S=16, N=2, G=1, D=8)
     msg = _refusal(c, module_text(c, aux_out=True))
-    assert "%te.fwd" in msg and "softmax_aux" in msg and "private" in msg, msg
+    assert "%te.fwd" in msg and "softmax_aux" in msg and "private" in msg and "result" in msg, msg
+
+
+@pytest.mark.parametrize("mask", ["NO_MASK", "CAUSAL"])
+def test_softmax_aux_without_padding_is_the_log_sum_exp(mask):
+    """Without padding softmax_aux is cuDNN's statistics, a defined value any op may read:
+    log(sum(exp(scaled masked scores))) per query row, f32 [B, H, S, 1]."""
+    c = Case(mask=mask, backward=False, S=32, N=4, G=2, D=16)
+    args = make_inputs(c, 4)
+    module = parse_module(module_text(c, aux_out=True))
+    _, aux = evaluate_module(module, args)
+    _, host_aux = compile_executable(module, "host").run(args)
+    q, k = (np.asarray(a, np.float64).transpose(0, 2, 1, 3) for a in args[:2])
+    k = np.repeat(k, c.N // c.G, axis=1)
+    s = np.float64(np.float32(c.scale)) * np.einsum("bhid,bhjd->bhij", q, k)
+    if mask == "CAUSAL":
+        s = np.where(np.arange(c.S)[None, :] > np.arange(c.S)[:, None], -np.inf, s)
+    want = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1, keepdims=True)) + s.max(-1, keepdims=True)
+    assert aux.shape == (c.B, c.N, c.S, 1) and aux.dtype == np.float32
+    assert np.abs(aux - want).max() <= 1e-4 and np.abs(host_aux - aux).max() <= 1e-4
+
+
+@pytest.mark.parametrize("mask", ["CAUSAL", "PADDING_CAUSAL"])
+def test_rng_state_as_a_result_is_refused(mask):
+    """rng_state holds TE's process-wide offset counter: no module may observe it."""
+    c = Case(mask=mask, backward=False, S=16, N=2, G=1, D=8)
+    text = module_text(c, aux_out=True).replace("tuple(o, aux)", "tuple(o, rng.copy)").replace(
+        "f32[2,2,16,1]{3,2,1,0}) tuple", "u32[2,4]{1,0}) tuple")
+    msg = _refusal(c, text)
+    assert "%te.fwd" in msg and "rng_state" in msg and "result" in msg, msg
+
+
+def test_rng_state_computed_on_is_refused():
+    c = Case(mask="CAUSAL", S=16, N=2, G=1, D=8)
+    text = module_text(c).replace("  rng.copy = u32[2,4]{1,0} copy(rng)",
+                                  "  rng.copy = u32[2,4]{1,0} add(rng, rng)")
+    msg = _refusal(c, text)
+    assert "%te.fwd" in msg and "rng_state" in msg and "'%rng.copy' (add)" in msg, msg
 
 
 def test_backward_of_another_forward_is_refused():
-    c = Case(S=16, N=2, G=1, D=8)
+    """A padded softmax_aux read by a backward call with other options."""
+    c = Case(mask="PADDING", S=16, N=2, G=1, D=8)
     text = module_text(c, bwd_config=config(c, scaling_factor="5.000000e-01 : f64"))
     msg = _refusal(c, text)
-    assert "softmax_aux" in msg and "backward" in msg, msg
+    assert "softmax_aux" in msg and "backward" in msg and "other options" in msg, msg
+
+
+def _through_a_loop(text: str) -> str:
+    """``module_text``'s module with softmax_aux and rng_state stored as a scan does: put in a
+    tuple behind an opt-barrier, carried through a 3-trip while loop that stacks them into
+    [3, ...] buffers with dynamic-update-slice, read back with dynamic-slice after it."""
+    aux_t = re.search(r"aux = (f32\[[^ ]+) get-tuple-element", text).group(1)
+    dims = aux_t[4:aux_t.index("]")]
+    stack_aux, stack_rng = f"f32[3,{dims}]{{4,3,2,1,0}}", "u32[3,2,4]{2,1,0}"
+    carry = f"(s32[], {aux_t}, u32[2,4]{{1,0}}, {stack_aux}, {stack_rng})"
+    zeros4 = ", ".join(["zero"] * 4)
+    loop = f"""
+body {{
+  p = {carry} parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  a = {aux_t} get-tuple-element(p), index=1
+  r = u32[2,4]{{1,0}} get-tuple-element(p), index=2
+  sa = {stack_aux} get-tuple-element(p), index=3
+  sr = {stack_rng} get-tuple-element(p), index=4
+  zero = s32[] constant(0)
+  a1 = f32[1,{dims}]{{4,3,2,1,0}} reshape(a)
+  r1 = u32[1,2,4]{{2,1,0}} reshape(r)
+  sa2 = {stack_aux} dynamic-update-slice(sa, a1, i, {zeros4})
+  sr2 = {stack_rng} dynamic-update-slice(sr, r1, i, zero, zero)
+  one = s32[] constant(1)
+  i2 = s32[] add(i, one)
+  ROOT t = {carry} tuple(i2, a, r, sa2, sr2)
+}}
+
+cond {{
+  p = {carry} parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}}
+"""
+    text = text.replace("ENTRY main {", loop + "\nENTRY main {")
+    store = f"""  zero = s32[] constant(0)
+  two = s32[] constant(2)
+  fa = f32[] constant(0)
+  fr = u32[] constant(0)
+  sa0 = {stack_aux} broadcast(fa), dimensions={{}}
+  sr0 = {stack_rng} broadcast(fr), dimensions={{}}
+  kept = ({aux_t}, u32[2,4]{{1,0}}) tuple(aux, rng.copy)
+  barrier = ({aux_t}, u32[2,4]{{1,0}}) opt-barrier(kept)
+  ba = {aux_t} get-tuple-element(barrier), index=0
+  br = u32[2,4]{{1,0}} get-tuple-element(barrier), index=1
+  init = {carry} tuple(zero, ba, br, sa0, sr0)
+  w = {carry} while(init), condition=cond, body=body
+  wa = {stack_aux} get-tuple-element(w), index=3
+  wr = {stack_rng} get-tuple-element(w), index=4
+  da = f32[1,{dims}]{{4,3,2,1,0}} dynamic-slice(wa, two, zero, zero, zero, zero), dynamic_slice_sizes={{1,{dims}}}
+  dr = u32[1,2,4]{{2,1,0}} dynamic-slice(wr, two, zero, zero), dynamic_slice_sizes={{1,2,4}}
+  aux.w = {aux_t} reshape(da)
+  rng.w = u32[2,4]{{1,0}} reshape(dr)
+"""
+    text = text.replace("  d_o = ", store + "  d_o = ")
+    return text.replace("aux, rng.copy, o, d_o", "aux.w, rng.w, o, d_o")
+
+
+@pytest.mark.parametrize("mask", ["CAUSAL", "PADDING_CAUSAL"])
+def test_private_leaves_stored_through_a_scan_reach_the_backward(mask):
+    """The llama 8B benchmark's form: the leaves go through a tuple, an opt-barrier and a
+    loop's stacked carry before the backward reads them; interpreter and host give the same
+    gradients as the direct module."""
+    c = Case(mask=mask, S=32, N=4, G=2, D=16)
+    args = make_inputs(c, 11, [32, 20], [17, 32]) if c.padding else make_inputs(c, 11)
+    direct = flat(evaluate_module(parse_module(module_text(c)), args))
+    module = parse_module(_through_a_loop(module_text(c)))
+    stored = flat(evaluate_module(module, args))
+    host = flat(compile_executable(module, "host").run(args))
+    for name, d, s, h in zip(names(c), direct, stored, host):
+        np.testing.assert_array_equal(np.asarray(s, np.float32), np.asarray(d, np.float32), err_msg=name)
+        assert max_error(h, d) <= BOUND, name
 
 
 def test_cli_refusal_exits_2_with_the_line(tmp_path):
@@ -407,9 +520,10 @@ def test_llama_70b_calls_are_read_and_lowered():
     assert not _te_calls(module)
 
 
-def test_llama_8b_stacked_softmax_aux_is_refused_by_name():
-    """The 8B benchmark stacks softmax_aux into the scan's carry for a later loop's backward:
-    a flow through loops this project does not follow, so it is refused."""
+def test_llama_8b_stacked_leaves_are_followed_through_the_scan():
+    """The 8B benchmark keeps each layer's softmax_aux and rng_state through a rematerialisation
+    barrier for its backward call: followed there, every call is lowered."""
     module = _benchmark("hlo_llama31_8b_bf16_1x8")
-    with pytest.raises(HloUnsupportedError, match=r"te_fused_attn_forward_ffi.*softmax_aux.*private"):
-        lower_library_calls(module, frozenset())
+    assert len(_te_calls(module)) == 64
+    lower_library_calls(module, frozenset())
+    assert not _te_calls(module)

@@ -19,11 +19,14 @@ heads). With a padding mask the sequence lengths are ``cu_seqlens[b+1] - cu_seql
 (valid tokens first in each batch row); padded query rows give zero output (TE's own tests
 check that) and other masks ignore the lengths, as TE does.
 
-``softmax_aux`` (cuDNN's softmax statistics) and ``rng_state`` are TE's private formats, so a
-forward's are only accepted when nothing but a matching backward call (same Q, K, V,
-sequence lengths and options) reads them, through copies at most (``check_private_flow``);
-then their bits are never observed and any consistent encoding is exact. Everything else is
-refused with ``HloUnsupportedError`` naming the call, its target and its line.
+``softmax_aux`` is cuDNN's softmax statistics (TE's F16_arbitrary_seqlen backend, the one
+for these shapes): ``f32[B, H, S, 1]``, the log-sum-exp of each row of the scaled, masked
+scores, computed here exactly; only its padded rows (padding masks) are unspecified.
+``rng_state`` is TE's generator state (the seed and a process-wide offset counter), which no
+module can reproduce and which is unused without dropout. Those private bits are accepted only
+when nothing but backward calls read them, wherever they are stored or moved on the way
+(``check_private_flows``); then any consistent encoding is exact. Everything else is refused
+with ``HloUnsupportedError`` naming the call, its target and its line.
 """
 from __future__ import annotations
 
@@ -33,7 +36,8 @@ from typing import Any, NoReturn
 
 from .errors import HloUnsupportedError
 from .fmha_call import CallReader, FmhaCall, Roles
-from .ir import HloInstruction
+from . import value_flow
+from .ir import HloInstruction, HloModule
 from .library_targets import TE_ATTENTION_BACKWARD, TE_ATTENTION_FORWARD, TE_ATTENTION_TARGETS
 from .shape import Shape
 
@@ -54,9 +58,8 @@ _BACKWARD_OPERANDS = ("q", "k", "v", "bias", "softmax_aux", "rng_state", "o", "d
                       "q_segment_pos", "kv_segment_pos")
 _EMPTY_OPERANDS = ("bias", "q_seq_offsets", "k_seq_offsets", "q_segment_ids", "kv_segment_ids", "q_segment_pos",
                    "kv_segment_pos")
-AUX, RNG = 1, 2                     # the forward's private result leaves
+AUX, RNG = 1, 2                     # the forward's softmax_aux and rng_state result leaves
 _AUX_OPERAND, _RNG_OPERAND = 4, 5   # where the backward reads them
-_PASS_THROUGH = frozenset({"copy", "bitcast"})   # ops that carry the private bits unchanged
 
 
 @dataclass(frozen=True)
@@ -108,14 +111,11 @@ _INT = re.compile(r"[-+]?\d+")
 _FLOAT = re.compile(r"[-+]?(\d+\.?\d*([eE][-+]?\d+)?|inf|nan)")
 
 
-def te_attention_call(inst: HloInstruction, check_flow: bool = True) -> TeAttentionCall:
+def te_attention_call(inst: HloInstruction) -> TeAttentionCall:
     """Read the TE attention call ``inst``; HloUnsupportedError (naming it) for anything
-    malformed or unsupported. ``check_flow``: also check that its softmax_aux and rng_state
-    only pass between matching forward and backward calls (``check_private_flow``)."""
-    call = _Reader(inst).read()
-    if check_flow:
-        check_private_flow(inst, call)
-    return call
+    malformed or unsupported. Where its private leaves go is the module's check
+    (``check_private_flows``)."""
+    return _Reader(inst).read()
 
 
 def _refuse(inst: HloInstruction, why: str) -> NoReturn:
@@ -273,71 +273,49 @@ class _Reader(CallReader):
 
 # ---- the private leaves -------------------------------------------------------------------------
 
-def _matches(fwd: HloInstruction, bwd: HloInstruction) -> bool:
-    """Whether backward ``bwd`` is the gradient of forward ``fwd``: same q, k, v and sequence
-    lengths (the same instructions) and the same options."""
-    same_inputs = all(fwd.operands[i] is bwd.operands[i] for i in range(3)) and \
-        fwd.operands[5] is bwd.operands[8] and fwd.operands[6] is bwd.operands[9]
-    return same_inputs and parse_mlir_dict(fwd.attr("backend_config", "")) == \
-        parse_mlir_dict(bwd.attr("backend_config", ""))
-
-
 def _is_target(inst: HloInstruction, target: str) -> bool:
     return inst.opcode == "custom-call" and inst.attr("custom_call_target", "") == target
 
 
-def _why_private_use(fwd: HloInstruction, value: HloInstruction, operand: int) -> str | None:
-    """Why ``value`` (a private leaf of ``fwd``, or a copy of one) is read by something other
-    than matching backward calls at ``operand``; None when it is not."""
-    if value.is_root:
-        return f"'%{value.name}' is the result of its computation"
-    for user in value.users:
-        if user.opcode in _PASS_THROUGH:
-            why = _why_private_use(fwd, user, operand)
-            if why:
-                return why
-            continue
-        if not _is_target(user, TE_ATTENTION_BACKWARD) or \
-                [i for i, o in enumerate(user.operands) if o is value] != [operand]:
-            return f"'%{user.name}' ({user.opcode}) reads '%{value.name}'"
-        if not _matches(fwd, user):
-            return f"the backward call '%{user.name}' has other q, k, v, sequence lengths or options"
+def private_leaves(call: TeAttentionCall) -> tuple[int, ...]:
+    """The result leaves of forward ``call`` whose bits are TE's own: rng_state always (a
+    process-wide offset counter of TE's), softmax_aux only under a padding mask (its padded rows
+    are unspecified; otherwise it is cuDNN's ``[B, H, S, 1]`` log-sum-exp statistics, computed
+    here exactly)."""
+    if call.backward:
+        return ()
+    return (AUX, RNG) if call.fmha.mask in ("PADDING", "PADDING_CAUSAL") else (RNG,)
+
+
+def check_private_flows(module: HloModule) -> None:
+    """Refuse the first TE forward call of ``module`` whose private leaves (``private_leaves``)
+    are read by anything but a backward call at their operand: they may be stored and moved
+    anywhere on the way (a scan's carry, a rematerialisation barrier: ``value_flow``), but
+    never computed on nor returned. A backward reading a padded softmax_aux must have its
+    forward's options."""
+    sites = None
+    for comp in module.computations:
+        for inst in comp.instructions:
+            if not _is_target(inst, TE_ATTENTION_FORWARD):
+                continue
+            call = _Reader(inst).read()
+            for leaf in private_leaves(call):
+                sites = sites or value_flow.call_sites(module)
+                why = _why_read(inst, leaf, value_flow.follow(module, [(inst, (leaf,))], sites))
+                if why:
+                    what = "softmax_aux" if leaf == AUX else "rng_state"
+                    _refuse(inst, f"its {what} (result {leaf}) is TE's private format and may only be read by a "
+                                  f"te_fused_attn_backward_ffi call, but {why}")
+
+
+def _why_read(fwd: HloInstruction, leaf: int, flow: value_flow.Flow) -> str | None:
+    if flow.reaches_result:
+        return "it reaches the module's result"
+    operand = _AUX_OPERAND if leaf == AUX else _RNG_OPERAND
+    for user, k in flow.readers:
+        if not _is_target(user, TE_ATTENTION_BACKWARD) or k != operand:
+            return f"'%{user.name}' ({user.opcode}) reads it as operand {k}"
+        if leaf == AUX and parse_mlir_dict(fwd.attr("backend_config", "")) != \
+                parse_mlir_dict(user.attr("backend_config", "")):
+            return f"the backward call '%{user.name}' that reads it has other options"
     return None
-
-
-def _forward_of(value: HloInstruction, index: int) -> HloInstruction | None:
-    """The forward call whose leaf ``index`` ``value`` is (through copies), or None."""
-    while value.opcode in _PASS_THROUGH:
-        value = value.operands[0]
-    if value.opcode != "get-tuple-element" or value.tuple_index != index:
-        return None
-    src = value.operands[0]
-    return src if _is_target(src, TE_ATTENTION_FORWARD) else None
-
-
-def check_private_flow(inst: HloInstruction, call: TeAttentionCall | None = None) -> None:
-    """Refuse ``inst`` unless TE's private softmax_aux and rng_state only pass from a forward
-    call to matching backward calls: they are cuDNN's statistics and TE's generator state, whose
-    exact bits this project does not reproduce."""
-    backward = _is_target(inst, TE_ATTENTION_BACKWARD)
-    if backward:
-        for operand, index, what in ((_AUX_OPERAND, AUX, "softmax_aux"), (_RNG_OPERAND, RNG, "rng_state")):
-            fwd = _forward_of(inst.operands[operand], index)
-            if fwd is None or not _matches(fwd, inst):
-                _refuse(inst, f"its {what} (operand {operand}) is not the {what} of a forward "
-                              f"te_fused_attn_forward_ffi call on the same q, k, v, sequence lengths and options; "
-                              f"its format is TE's private one, so it cannot be computed here")
-        return
-    if inst.is_root:
-        _refuse(inst, "its softmax_aux and rng_state (TE's private formats) are read by the computation's result")
-    for user in inst.users:
-        if user.opcode != "get-tuple-element":
-            _refuse(inst, f"'%{user.name}' ({user.opcode}) reads the whole result, including softmax_aux and "
-                          "rng_state (TE's private formats)")
-        index = user.tuple_index
-        if index in (AUX, RNG):
-            what = "softmax_aux" if index == AUX else "rng_state"
-            why = _why_private_use(inst, user, _AUX_OPERAND if index == AUX else _RNG_OPERAND)
-            if why:
-                _refuse(inst, f"its {what} (result {index}) is TE's private format and may only be read by a "
-                              f"matching te_fused_attn_backward_ffi call, but {why}")

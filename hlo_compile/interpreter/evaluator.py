@@ -13,6 +13,7 @@ import numpy as np
 
 from ..hlo.errors import HloError, HloUnsupportedError
 from ..hlo.ir import HloComputation, HloModule
+from ..hlo.te_attention_call import check_private_flows
 from ..hlo.unbounded import refuse_unbounded_dimensions
 from .numerics import dtype_of
 from .registry import OPS, TOKEN
@@ -135,6 +136,7 @@ def evaluate_spmd(module: HloModule, args: Sequence[Any] | Callable[[int], Seque
     k's (flattened id, replica-major). Returns each participant's result, by flattened id.
     ``rng_states``: one dict per participant, kept by the caller across runs."""
     refuse_unbounded_dimensions(module, "evaluate")
+    check_private_flows(module)           # TE attention's private leaves: only its backward reads them
     world = world or world_of(module)
     params = module.entry.parameters
     states = rng_states if rng_states is not None else [{} for _ in range(world.size)]

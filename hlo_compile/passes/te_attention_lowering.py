@@ -3,37 +3,42 @@
 ``[B, S, H, D]`` tensors.
 
 The sequence lengths of a padding mask are ``slice(cu, [1:B+1]) - slice(cu, [0:B])``; the
-forward's softmax_aux is the log-sum-exp statistics reshaped to ``[B, H, S, 1]`` (read back,
-reshaped to ``[B, H, S]``, by the matching backward: the reader refuses any other reader) and its
-rng_state zeros; the backward's dBias is empty. Results are transposed from the canonical
-``[B, H, S, D]`` to TE's ``[B, S, H, D]``.
+forward's softmax_aux is the log-sum-exp statistics reshaped to ``[B, H, S, 1]`` (0 on padded
+rows, which only backward calls may read: ``check_private_flows``; a backward reshapes it back
+to ``[B, H, S]``) and its rng_state zeros; the backward's dBias is empty. Results are
+transposed from the canonical ``[B, H, S, D]`` to TE's ``[B, S, H, D]``.
 
 There is no library step for these calls: they are lowered whatever ``CompileOptions`` says
 (``library_calls.lower_library_calls``), after the whole module's calls were checked
-(``check_module``): lowering a forward call rewires its backward's operands.
+(``check_module``): lowering a forward call rewires its backward's operands, so the flow
+check must see them all first.
 """
 from __future__ import annotations
 
 from ..hlo import HloComputation, HloInstruction, HloModule
 from ..hlo.library_targets import TE_ATTENTION_TARGETS
 from ..hlo.shape import Shape
-from ..hlo.te_attention_call import TeAttentionCall, te_attention_call
+from ..hlo.te_attention_call import TeAttentionCall, check_private_flows, te_attention_call
 from .fmha_lowering import AttentionBuilder, attention_backward, attention_forward, replace_call
 
 
 def check_module(module: HloModule) -> None:
-    """Read every TE attention call of ``module`` with its private-leaf checks (refusing by
-    name), before any is lowered."""
+    """Read every TE attention call of ``module`` and check where their private leaves go
+    (refusing by name), before any is lowered."""
+    found = False
     for comp in module.computations:
         for inst in comp.instructions:
             if inst.opcode == "custom-call" and inst.attr("custom_call_target", None) in TE_ATTENTION_TARGETS:
                 te_attention_call(inst)
+                found = True
+    if found:
+        check_private_flows(module)
 
 
 def lower_te_attention(comp: HloComputation, call: HloInstruction) -> None:
     """Replace the TE attention call ``call`` of ``comp`` by plain HLO (its private-leaf
     checks were made by ``check_module``)."""
-    info = te_attention_call(call, check_flow=False)
+    info = te_attention_call(call)
     b = AttentionBuilder(comp, call)
     b.operands += _fmha_operands(b, info)
     shapes = info.result_shapes
