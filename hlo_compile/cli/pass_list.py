@@ -29,6 +29,8 @@ _REWRITE_NAMES = {
     "lower_custom_fusions": ("custom-fusions", "Triton, cuDNN and custom-kernel fusions as fusions our emitters "
                                                "compile, or calls of their computation to re-fuse"),
     "rewrite_topk_custom_calls": ("topk-custom-call", "XLA:CPU's TopK custom call as a topk instruction"),
+    "rewrite_annotation_calls": ("annotation-calls", "annotation custom calls (MoveToHost/MoveToDevice, "
+                                                     "LayoutConstraint, Sharding on one device) as copies"),
     "expand_rng_bit_generators": ("expand-rng-bit-generator", "rng-bit-generator expanded into integer ops"),
     "split_scatter_operands": ("scatter-operands", "a scatter fusion that computes its operand split in two: "
                                                    "a loop fusion writing the operand, then the scatter (as XLA)"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..hlo.annotation_calls import is_identity_annotation
 from ..hlo.errors import HloUnsupportedError
 from ..hlo.library_targets import SCRATCH_TARGETS
 from . import rng_bits
@@ -54,8 +55,6 @@ def _add_dependency(ev, inst, ops):
 
 # ---- custom-call ---------------------------------------------------------------------------------
 
-_IDENTITY_TARGETS = {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost",
-                     "MoveToDevice", "annotate_device_placement", "LayoutConstraint", "X64Combine"}
 
 
 @op("custom-call")
@@ -66,7 +65,7 @@ def _custom_call(ev, inst, ops):
         k = inst.shape.tuple_shapes[0].dimensions[-1]
         v, i = top_k(x, inst.operands[0].shape.element_type, k, True)
         return v, i.astype(dtype_of(inst.shape.tuple_shapes[1].element_type))
-    if target in _IDENTITY_TARGETS and len(ops) == 1:
+    if is_identity_annotation(inst, ev.participant.world.size):
         return ops[0]
     if target in LIBRARY_CALLS:
         return LIBRARY_CALLS[target](ev, inst, ops)

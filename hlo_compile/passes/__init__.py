@@ -19,6 +19,7 @@ from .layout_boundaries import align_layouts
 from .library_calls import ALL_FAMILIES, lower_library_calls
 from .prepare_control_flow import prepare_control_flow
 from .scatter_operands import split_scatter_operands
+from .annotation_calls import rewrite_annotation_calls
 from .topk_custom_call import rewrite_topk_custom_calls
 from .tuple_copies import expand_tuple_copies
 from .wrap_fusions import fuse_and_wrap
@@ -50,4 +51,4 @@ def module_rewrites() -> list[Callable[[HloModule], HloModule]]:
     """Rewrites of every computation of the module, run first, in order, on the copy: ops that
     XLA itself expands or renames before code generation."""
     return [wrap_async_sugar, align_layouts, lower_custom_fusions, split_dynamic_indices, expand_tuple_copies,
-            rewrite_topk_custom_calls, expand_rng_bit_generators, split_scatter_operands]
+            rewrite_topk_custom_calls, rewrite_annotation_calls, expand_rng_bit_generators, split_scatter_operands]
