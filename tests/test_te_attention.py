@@ -281,6 +281,46 @@ def test_non_padding_masks_ignore_the_sequence_lengths():
         np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
 
 
+def _packed_kv(c: Case) -> str:
+    """``module_text(c)`` with qkv_layout 7 (NVTE_BSHD_BS2HD): the module packs its k and v
+    parameters into kv[B, S, 2, G, D] for the calls (v operand empty) and splits the backward's
+    dKV back into dK and dV, so its results are the unpacked module's."""
+    cfg = config(c, qkv_layout="7 : i64")
+    text = module_text(c, fwd_config=cfg, bwd_config=cfg)
+    B, S, G, D = c.B, c.S, c.G, c.D
+    kv_t, one_t, half_t = (f"bf16[{B},{S},2,{G},{D}]{{4,3,2,1,0}}", f"bf16[{B},{S},1,{G},{D}]{{4,3,2,1,0}}",
+                           f"bf16[{B},{S},{G},{D}]{{3,2,1,0}}")
+    pack = (f"  k1 = {one_t} reshape(k)\n  v1 = {one_t} reshape(v)\n"
+            f"  kv = {kv_t} concatenate(k1, v1), dimensions={{2}}\n")
+    text = text.replace("  te.fwd = ", pack + "  te.fwd = ")
+    text = text.replace("custom-call(q, k, v, empty.bf16,", "custom-call(q, kv, empty.bf16, empty.bf16,")
+    text = text.replace(f"{half_t}, {half_t}, bf16[0]{{0}}, u8[64]{{0}}) custom-call",
+                        f"{kv_t}, bf16[0]{{0}}, bf16[0]{{0}}, u8[64]{{0}}) custom-call")
+    for i, name in enumerate(("dk", "dv")):
+        text = text.replace(
+            f"  {name} = {half_t} get-tuple-element(te.bwd), index={i + 1}",
+            (f"  dkv.{name} = {kv_t} get-tuple-element(te.bwd), index=1\n" if i == 0 else "")
+            + f"  {name}.1 = {one_t} slice(dkv.dk), slice={{[0:{B}], [0:{S}], [{i}:{i + 1}], [0:{G}], [0:{D}]}}\n"
+            + f"  {name} = {half_t} reshape({name}.1)")
+    assert text.count("dkv.dk = ") == 1 and "kv, empty.bf16, empty.bf16" in text, text
+    return text
+
+
+@pytest.mark.parametrize("mask", ["NO_MASK", "PADDING_CAUSAL"])
+def test_packed_kv_layout_is_the_separate_one(mask):
+    """qkv_layout 7 (k and v packed as kv[B, S, 2, H, D], the backward's dKV): the same O, dQ,
+    dK and dV as layout 9 on the same data, in the interpreter and on host."""
+    c = Case(mask=mask, S=32, N=4, G=2, D=16)
+    args = make_inputs(c, 13, [32, 20], [17, 32]) if c.padding else make_inputs(c, 13)
+    want = flat(evaluate_module(parse_module(module_text(c)), args))
+    module = parse_module(_packed_kv(c))
+    got = flat(evaluate_module(module, args))
+    host = flat(compile_executable(module, "host").run(args))
+    for name, w, g, h in zip(names(c), want, got, host):
+        np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32), err_msg=name)
+        assert max_error(h, w) <= BOUND, name
+
+
 # ---- the lowering -----------------------------------------------------------------------------
 
 def test_lowering_golden():
@@ -335,6 +375,7 @@ def _refusal(c: Case, text: str) -> str:
 
 @pytest.mark.parametrize("key, value, words", [
     ("qkv_layout", "4 : i64", "qkv_layout=4"),
+    ("qkv_layout", "7 : i64", "packed kv [B, S, 2, H, D]"),
     ("bias_type", "1 : i64", "bias_type=1"),
     ("dropout_probability", "1.000000e-01 : f64", "dropout"),
     ("mask_type", "4 : i64", "BOTTOM_RIGHT"),
@@ -525,5 +566,17 @@ def test_llama_8b_stacked_leaves_are_followed_through_the_scan():
     barrier for its backward call: followed there, every call is lowered."""
     module = _benchmark("hlo_llama31_8b_bf16_1x8")
     assert len(_te_calls(module)) == 64
+    lower_library_calls(module, frozenset())
+    assert not _te_calls(module)
+
+
+def test_llama_8b_context_parallel_packed_kv_calls_are_lowered():
+    """The context-parallel benchmark (ring attention over 4 partitions) calls TE with qkv_layout 7
+    (causal on the diagonal block, unmasked elsewhere) and combines the partial outputs through
+    softmax_aux, which without a padding mask is the log-sum-exp any op may read."""
+    module = _benchmark("hlo_llama3_8b_cp_bf16_1x4")
+    read = [te_attention_call(i) for i in _te_calls(module)]
+    assert len(read) == 12 and all(r.packed_kv for r in read)
+    assert {r.fmha.mask for r in read} == {"CAUSAL", "NO_MASK"}
     lower_library_calls(module, frozenset())
     assert not _te_calls(module)

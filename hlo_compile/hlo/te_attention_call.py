@@ -12,7 +12,9 @@ TE's JAX extension (``transformer_engine/jax/cpp_extensions/attention.py``) writ
 
 Its ``backend_config`` is an MLIR dictionary attribute (``{attn_heads = 64 : i64, ...,
 is_training = true, scaling_factor = 1.000000e+00 : f64}``), not JSON. Supported, exactly:
-``qkv_layout`` 9 (NVTE_BSHD_BSHD_BSHD: separate ``[B, S, H, D]`` q, k, v), ``bias_type`` 0
+``qkv_layout`` 9 (NVTE_BSHD_BSHD_BSHD: separate ``[B, S, H, D]`` q, k, v) and 7
+(NVTE_BSHD_BS2HD: k and v packed as ``kv[B, S, 2, H, D]`` in the k operand, the v operand empty;
+the backward's dK result is then ``dKV[B, S, 2, H, D]`` and its dV empty), ``bias_type`` 0
 (no bias), dropout 0, ``mask_type`` 0-3 (NVTE_NO_MASK, PADDING, CAUSAL, PADDING_CAUSAL; causal
 aligned top-left), one segment per sequence, no sliding window, GQA (``num_gqa_groups`` key/value
 heads). With a padding mask the sequence lengths are ``cu_seqlens[b+1] - cu_seqlens[b]``
@@ -44,6 +46,7 @@ from .shape import Shape
 MASKS = {0: "NO_MASK", 1: "PADDING", 2: "CAUSAL", 3: "PADDING_CAUSAL"}
 _REFUSED_MASKS = {4: "CAUSAL_BOTTOM_RIGHT", 5: "PADDING_CAUSAL_BOTTOM_RIGHT"}
 BSHD_BSHD_BSHD = 9
+BSHD_BS2HD = 7                       # q [B, S, H, D]; k and v packed as kv [B, S, 2, H, D]
 BSHD = Roles(batch=0, heads=2, seq=1, feature=3)          # [B, S, H, D]
 # config keys whose meaning is known; any other key is refused (it may change the math)
 _KEYS = frozenset({"attn_heads", "bias_batch", "bias_heads", "bias_type", "deterministic", "dropout_probability",
@@ -76,6 +79,7 @@ class TeAttentionCall:
     q_cu_seqlens: int
     kv_cu_seqlens: int
     result_shapes: tuple[Shape, ...]
+    packed_kv: bool = False          # qkv_layout 7: ``fmha`` reads k and v split from the k operand
 
 
 def parse_mlir_dict(text: str) -> dict[str, Any] | None:
@@ -145,9 +149,10 @@ class _Reader(CallReader):
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 self.refuse(f"{key}={v!r} is not a number")
             return v
-        if value("qkv_layout", 0) != BSHD_BSHD_BSHD:
+        if value("qkv_layout", 0) not in (BSHD_BSHD_BSHD, BSHD_BS2HD):
             self.refuse(f"qkv_layout={cfg['qkv_layout']} is not supported (only {BSHD_BSHD_BSHD}, "
-                        "NVTE_BSHD_BSHD_BSHD: separate [B, S, H, D] q, k and v)")
+                        f"NVTE_BSHD_BSHD_BSHD: separate [B, S, H, D] q, k and v, and {BSHD_BS2HD}, "
+                        "NVTE_BSHD_BS2HD: k and v packed as [B, S, 2, H, D])")
         if value("bias_type", 0) != 0:
             self.refuse(f"bias_type={cfg['bias_type']} is not supported (only 0, NVTE_NO_BIAS)")
         if value("dropout_probability", 0.0) != 0:
@@ -183,7 +188,10 @@ class _Reader(CallReader):
         if len(inst.operands) != len(names):
             self.refuse(f"expected {len(names)} operands ({', '.join(names)}), got {len(inst.operands)}")
         pos = {n: i for i, n in enumerate(names)}
+        packed = cfg["qkv_layout"] == BSHD_BS2HD
         qs, ks, vs = (self.operand_shape(pos[n], n) for n in ("q", "k", "v"))
+        if packed:
+            ks, vs = self.split_kv(ks, vs, qs.element_type)
         for s, what in ((qs, "q"), (ks, "k"), (vs, "v")):
             if s.rank != 4:
                 self.refuse(f"{what} should be [B, S, H, D] (rank 4), got {s.to_text(False)}")
@@ -221,12 +229,14 @@ class _Reader(CallReader):
             seed = self.operand_shape(pos["seed"], "seed")
             if seed.rank != 1 or seed.element_type != "u32":
                 self.refuse(f"operand 4 (seed) should be u32[n], got {seed.to_text(False)}")
-        leaves = self.results(backward, et, (B, T, N, S, Nk, H, Hv))
+        leaves = self.results(backward, et, (B, T, N, S, Nk, H, Hv), packed)
         padding = mask in ("PADDING", "PADDING_CAUSAL")
         n_ops = len(inst.operands)
-        # the cuDNN call this computes; sequence lengths (padding) and the [B, N, T] stats are
-        # operands n_ops, n_ops + 1 and n_ops + 2 that the interpreter and the lowering append
-        # (``fmha_operands``)
+        # the cuDNN call this computes; the interpreter and the lowering append operands after the
+        # call's own, in this order: the q and kv sequence lengths (n_ops, n_ops + 1), k and v
+        # split from the packed kv (qkv_layout 7), the backward's [B, N, T] stats
+        k_at, v_at = (n_ops + 2, n_ops + 3) if packed else (1, 2)
+        stats_at = n_ops + 4 if packed else n_ops + 2
         ws = Shape.array("u8", (0,))
         if backward:
             fmha_results = (Shape.array(et, (B, N, T, H)), Shape.array(et, (B, Nk, S, H)),
@@ -236,16 +246,26 @@ class _Reader(CallReader):
         fmha = FmhaCall(
             name=inst.name, target=target, backward=backward, element_type=et,
             scale=float(cfg["scaling_factor"]), mask=mask, window=0, batch=B, heads=N, kv_heads=Nk, q_len=T,
-            kv_len=S, qk_dim=H, v_dim=Hv, q=0, k=1, v=2, q_roles=BSHD, k_roles=BSHD, v_roles=BSHD, bias=None,
-            bias_dims=None, q_seqlen=n_ops if padding else None, kv_seqlen=n_ops + 1 if padding else None,
-            stats_in=n_ops + 2 if backward else None, d_o=pos.get("d_o"), o_in=pos.get("o"),
+            kv_len=S, qk_dim=H, v_dim=Hv, q=0, k=k_at, v=v_at, q_roles=BSHD, k_roles=BSHD, v_roles=BSHD,
+            bias=None, bias_dims=None, q_seqlen=n_ops if padding else None, kv_seqlen=n_ops + 1 if padding else None,
+            stats_in=stats_at if backward else None, d_o=pos.get("d_o"), o_in=pos.get("o"),
             do_roles=BSHD if backward else None, result_shapes=fmha_results,
             stats=None if backward else 1, dbias=None)
         return TeAttentionCall(name=inst.name, target=target, backward=backward, config=cfg, fmha=fmha,
                                q_cu_seqlens=pos["q_cu_seqlens"], kv_cu_seqlens=pos["kv_cu_seqlens"],
-                               result_shapes=leaves)
+                               result_shapes=leaves, packed_kv=packed)
 
-    def results(self, backward: bool, et: str, sizes) -> tuple[Shape, ...]:
+    def split_kv(self, kv: Shape, v: Shape, et: str) -> tuple[Shape, Shape]:
+        """The [B, S, H, D] k and v of a packed ``kv[B, S, 2, H, D]`` (the v operand empty)."""
+        if kv.rank != 5 or kv.dimensions[2] != 2:
+            self.refuse(f"qkv_layout=7: operand 1 should be the packed kv [B, S, 2, H, D], got {kv.to_text(False)}")
+        if v.rank != 1 or v.dimensions[0] != 0:
+            self.refuse(f"qkv_layout=7: operand 2 (v) should be empty, got {v.to_text(False)}")
+        B, S, _, Nk, H = kv.dimensions
+        half = Shape.array(kv.element_type, (B, S, Nk, H))
+        return half, half
+
+    def results(self, backward: bool, et: str, sizes, packed: bool) -> tuple[Shape, ...]:
         B, T, N, S, Nk, H, Hv = sizes
         shape = self.inst.shape
         if not shape.is_tuple or not all(s.is_array for s in shape.tuple_shapes):
@@ -259,8 +279,12 @@ class _Reader(CallReader):
             self.refuse(f"the last result element should be the u8 workspace, got {ws.to_text(False)}")
         if backward:
             self.expect(leaves[0], (B, T, N, H), {et}, "dQ (result 0)")
-            self.expect(leaves[1], (B, S, Nk, H), {et}, "dK (result 1)")
-            self.expect(leaves[2], (B, S, Nk, Hv), {et}, "dV (result 2)")
+            if packed:
+                self.expect(leaves[1], (B, S, 2, Nk, H), {et}, "dKV (result 1)")
+                self.expect(leaves[2], (0,), {et}, "dV (result 2, empty with a packed kv)")
+            else:
+                self.expect(leaves[1], (B, S, Nk, H), {et}, "dK (result 1)")
+                self.expect(leaves[2], (B, S, Nk, Hv), {et}, "dV (result 2)")
             self.expect(leaves[3], (0,), {et}, "dBias (result 3, empty without a bias)")
         else:
             self.expect(leaves[0], (B, T, N, Hv), {et}, "O (result 0)")

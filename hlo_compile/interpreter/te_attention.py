@@ -2,9 +2,9 @@
 the cuDNN attention of ``fmha_calls.py`` on ``[B, S, H, D]`` tensors.
 
 With a padding mask the sequence lengths are ``cu_seqlens[b+1] - cu_seqlens[b]``. The forward's
-softmax_aux holds the log-sum-exp statistics ``[B, H, S, 1]`` and rng_state zeros: both are
-TE's private formats, only ever read by a matching backward call (the reader refuses anything
-else), which takes the statistics back.
+softmax_aux holds the log-sum-exp statistics ``[B, H, S, 1]`` (cuDNN's; 0 on padded rows) and
+rng_state zeros: where TE's bits are private only backward calls may read them
+(``check_private_flows``, run before evaluation).
 """
 from __future__ import annotations
 
@@ -23,10 +23,15 @@ def _seqlens(cu) -> np.ndarray:
 
 
 def _fmha_operands(call: TeAttentionCall, ops) -> list:
-    """The operands followed by the q and kv sequence lengths and (backward) the [B, H, S]
-    statistics, where ``call.fmha`` reads them."""
-    stats = np.asarray(ops[4])[..., 0] if call.backward else None
-    return list(ops) + [_seqlens(ops[call.q_cu_seqlens]), _seqlens(ops[call.kv_cu_seqlens]), stats]
+    """The operands followed by what ``call.fmha`` reads after them: the q and kv sequence
+    lengths, k and v split from a packed kv (qkv_layout 7), the backward's [B, H, S] statistics."""
+    extra = [_seqlens(ops[call.q_cu_seqlens]), _seqlens(ops[call.kv_cu_seqlens])]
+    if call.packed_kv:
+        kv = np.asarray(ops[1])
+        extra += [np.ascontiguousarray(kv[:, :, 0]), np.ascontiguousarray(kv[:, :, 1])]
+    if call.backward:
+        extra.append(np.asarray(ops[4])[..., 0])
+    return list(ops) + extra
 
 
 def _zeros(shape) -> np.ndarray:
@@ -44,6 +49,9 @@ def _te_attention(ev, inst, ops):
     args = _fmha_operands(call, ops)
     if call.backward:
         dq, dk, dv, _ = fmha_calls.fmha_backward(call.fmha, args)
+        if call.packed_kv:       # dKV [B, S, 2, H, D] and an empty dV
+            return _bshd(dq), np.stack([_bshd(dk), _bshd(dv)], axis=2), _zeros(shapes[2]), _zeros(shapes[3]), \
+                _zeros(shapes[4])
         return _bshd(dq), _bshd(dk), _bshd(dv), _zeros(shapes[3]), _zeros(shapes[4])
     o, stats, _ = fmha_calls.fmha_forward(call.fmha, args)
     return _bshd(o), np.asarray(stats)[..., None], _zeros(shapes[2]), _zeros(shapes[3])

@@ -45,7 +45,10 @@ def lower_te_attention(comp: HloComputation, call: HloInstruction) -> None:
     if info.backward:
         dq, dk, dv = attention_backward(b, info.fmha)
         empty = b.splat(b.constant(shapes[3].element_type, "0"), shapes[3])
-        leaves = [_bshd(b, dq), _bshd(b, dk), _bshd(b, dv), empty]
+        if info.packed_kv:
+            leaves = [_bshd(b, dq), _packed(b, _bshd(b, dk), _bshd(b, dv)), empty, empty]
+        else:
+            leaves = [_bshd(b, dq), _bshd(b, dk), _bshd(b, dv), empty]
     else:
         o, stats = attention_forward(b, info.fmha)
         aux = b.reshape(stats, shapes[1].dimensions)
@@ -55,14 +58,32 @@ def lower_te_attention(comp: HloComputation, call: HloInstruction) -> None:
 
 
 def _fmha_operands(b: AttentionBuilder, info: TeAttentionCall) -> list[HloInstruction]:
-    """The q and kv sequence lengths and (backward) the ``[B, H, S]`` statistics: the
-    operands ``info.fmha`` reads after the call's own."""
+    """What ``info.fmha`` reads after the call's own operands: the q and kv sequence lengths, k
+    and v split from a packed kv (qkv_layout 7), the backward's ``[B, H, S]`` statistics."""
     ops = b.call.operands
     out = [_seqlens(b, ops[info.q_cu_seqlens]), _seqlens(b, ops[info.kv_cu_seqlens])]
+    if info.packed_kv:
+        out += [_kv_half(b, ops[1], i) for i in (0, 1)]
     if info.backward:
         aux = ops[4]
         out.append(b.reshape(aux, aux.shape.dimensions[:3]))
     return out
+
+
+def _kv_half(b: AttentionBuilder, kv: HloInstruction, i: int) -> HloInstruction:
+    """``kv[:, :, i]``: k (0) or v (1), ``[B, S, H, D]``, of a packed ``kv[B, S, 2, H, D]``."""
+    B, S, _, N, D = kv.shape.dimensions
+    part = b.add("slice", "slice", Shape.array(kv.shape.element_type, (B, S, 1, N, D)), [kv],
+                 slice=f"{{[0:{B}], [0:{S}], [{i}:{i + 1}], [0:{N}], [0:{D}]}}")
+    return b.reshape(part, (B, S, N, D))
+
+
+def _packed(b: AttentionBuilder, dk: HloInstruction, dv: HloInstruction) -> HloInstruction:
+    """dKV ``[B, S, 2, H, D]`` from the BSHD dK and dV."""
+    B, S, N, D = dk.shape.dimensions
+    parts = [b.reshape(x, (B, S, 1, N, D)) for x in (dk, dv)]
+    return b.add("concatenate", "concatenate", Shape.array(dk.shape.element_type, (B, S, 2, N, D)), parts,
+                 dimensions="{2}")
 
 
 def _seqlens(b: AttentionBuilder, cu: HloInstruction) -> HloInstruction:
