@@ -194,6 +194,9 @@ FAKE = types.SimpleNamespace(NcclRedOp=RedOp, Communicator=FakeComm, group=_grou
                              get_unique_id=lambda: object(), worlds={}, lock=threading.Lock())
 
 
+COMMS: list = []  # the last run's communicators, by participant
+
+
 def run_through_fake_nccl(module, world: World, args: list) -> list:
     """Every participant in a thread of its own (no baton: NCCL does not serialise them), each
     with an ``NcclCommunicator`` over the fake, on the host platform."""
@@ -202,10 +205,12 @@ def run_through_fake_nccl(module, world: World, args: list) -> list:
     uid = object()
     results: list = [None] * world.size
     errors: list = []
+    COMMS.clear()
+    COMMS.extend([None] * world.size)
 
     def run(k: int) -> None:
         try:
-            comm = NcclCommunicator(FAKE, FakeComm.init(world.size, k, uid), world, k)
+            comm = COMMS[k] = NcclCommunicator(FAKE, FakeComm.init(world.size, k, uid), world, k)
             res = SpmdResources(exe.kernels, exe.constants, world, k, comm)
             results[k] = spmd_run.run_one(exe, res, exe.upload_arguments(args[k]))
         except BaseException as e:  # noqa: BLE001
@@ -342,24 +347,16 @@ def test_argument_order_dtypes_ops_groups_and_sub_communicators():
     assert bcast and bcast[0][6] == 0  # from the group's first participant: rank 0 of {1,0}'s communicator
 
 
-def test_bf16_all_reduce_and_send_recv_are_refused_by_name():
-    bf = ("HloModule m, num_partitions=2\n\nadd {\n  a = bf16[] parameter(0)\n  b = bf16[] parameter(1)\n"
-          "  ROOT s = bf16[] add(a, b)\n}\n\nENTRY e {\n  x = bf16[8]{0} parameter(0)\n"
-          "  ROOT r = bf16[8]{0} all-reduce(x), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, "
-          "to_apply=add\n}\n")
-    module = parse_module(bf)
-    world = world_of(module)
-    import ml_dtypes
-    args = [[np.ones(8, ml_dtypes.bfloat16)] for _ in range(2)]
-    with pytest.raises(HloUnsupportedError, match=r"all-reduce '%r' \(line 11\): a add reduction of bf16"):
-        run_through_fake_nccl(module, world, args)
-    sr = ('HloModule m, num_partitions=2\n\nENTRY e {\n  x = f32[8]{0} parameter(0)\n  t = token[] after-all()\n'
-          '  s = (f32[8]{0}, u32[], token[]) send(x, t), channel_id=1, '
-          'frontend_attributes={_xla_send_recv_source_target_pairs="{{0,1}}"}\n'
-          '  ROOT d = token[] send-done(s), channel_id=1\n}\n')
-    module = parse_module(sr)
-    with pytest.raises(HloUnsupportedError, match=r"send '%s' \(line 6\): send/recv between several GPUs"):
-        run_through_fake_nccl(module, world_of(module), [[np.ones(8, np.float32)] for _ in range(2)])
+def test_reductions_nccl_has_no_type_for_are_refused_by_name():
+    s16 = ("HloModule m, num_partitions=2\n\nadd {\n  a = s16[] parameter(0)\n  b = s16[] parameter(1)\n"
+           "  ROOT s = s16[] add(a, b)\n}\n\nENTRY e {\n  x = s16[8]{0} parameter(0)\n"
+           "  ROOT r = s16[8]{0} all-reduce(x), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, "
+           "to_apply=add\n}\n")
+    module = parse_module(s16)
+    with pytest.raises(HloUnsupportedError, match=r"all-reduce '%r' \(line 11\): a add reduction of s16 does not run "
+                                                  r"through NCCL"):
+        run_through_fake_nccl(module, world_of(module), [[np.ones(8, np.int16)] for _ in range(2)])
+    assert not [e for e in FakeComm.log if len(e) > 2]  # refused before anything moved
 
 
 # ---- launchers ---------------------------------------------------------------------------------------

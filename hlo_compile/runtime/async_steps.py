@@ -12,7 +12,8 @@
 - ``after-all``: a token (an empty tuple of buffers);
 - ``send``/``recv``/``-done``: through the participant's communicator, peers from the
   ``_xla_send_recv_source_target_pairs`` frontend attribute, keyed by channel; a recv without a
-  source gets zeros;
+  source gets zeros; through NCCL (several GPUs) the send and recv post device buffers and the
+  dones hand what was posted to NCCL in one group (``nccl_comm.NcclCommunicator.flush``);
 - ``rng-get-and-update-state``: XLA's 128-bit counter, starting at 0x7012395, one per
   instruction and participant, kept by the step (so it persists across runs of the executable,
   as in XLA's loaded executable), returned as u64[2] (low word first) then advanced by ``delta``.
@@ -116,11 +117,10 @@ class RngGetAndUpdateState(Step):
         frame.values[self.inst] = out
 
 
-def _refuse_on_device(inst: HloInstruction, me: Any) -> None:
-    if me.communicator.on_device and me.world.size > 1:
-        where = f" (line {inst.location.line})" if inst.location else ""
-        raise HloUnsupportedError(f"{inst.opcode} '%{inst.name}'{where}: send/recv between several GPUs (NCCL) are "
-                                  "not supported yet; run it with --platform=host or interpreter", inst.location)
+def _on_device(me: Any) -> bool:
+    """Whether send/recv go through NCCL (``nccl_comm``: posted, then moved in one group at the
+    next done or collective)."""
+    return me.communicator.on_device and me.world.size > 1
 
 
 def _peer(inst: HloInstruction, source: int, target: int) -> tuple:
@@ -131,12 +131,14 @@ class Send(Step):
     def run(self, platform: Platform, frame: Frame) -> None:
         inst = self.inst
         me = participant_of(frame.resources)
-        _refuse_on_device(inst, me)
         data = frame.values[inst.operands[0]]
         if has_send_recv_pairs(inst):
-            host = np.asarray(download_value(platform, data))
-            for target, source in permute_sources(inst, me.world, frontend=True).items():
-                if source == me.me:
+            targets = [t for t, s in permute_sources(inst, me.world, frontend=True).items() if s == me.me]
+            if _on_device(me):
+                me.communicator.post_send(inst, data, targets)
+            else:
+                host = np.asarray(download_value(platform, data))
+                for target in targets:
                     me.communicator.send(_peer(inst, me.me, target), host)
         elif me.world.size > 1:
             raise HloUnsupportedError(f"send '%{inst.name}': no _xla_send_recv_source_target_pairs names its peer",
@@ -145,17 +147,30 @@ class Send(Step):
 
 
 class Recv(Step):
-    """The data arrives at recv-done (the sender may come later in program order)."""
+    """The data arrives at recv-done (the sender may come later in program order); through
+    NCCL the receive is posted here, into the buffer it holds."""
 
     def run(self, platform: Platform, frame: Frame) -> None:
-        frame.values[self.inst] = [TOKEN, TOKEN, TOKEN]
+        inst = self.inst
+        me = participant_of(frame.resources)
+        data = TOKEN
+        if _on_device(me) and has_send_recv_pairs(inst):
+            source = permute_sources(inst, me.world, frontend=True).get(me.me)
+            shape = inst.shape.tuple_shapes[0]
+            data = _zeros(platform, frame, shape) if source is None else \
+                me.communicator.post_recv(inst, platform, shape, source)
+            frame.own(data)
+        frame.values[inst] = [data, TOKEN, TOKEN]
 
 
 class RecvDone(Step):
     def run(self, platform: Platform, frame: Frame) -> None:
         recv = self.inst.operands[0]
         me = participant_of(frame.resources)
-        _refuse_on_device(self.inst, me)
+        if _on_device(me) and has_send_recv_pairs(recv):
+            me.communicator.flush(platform)
+            frame.values[self.inst] = [frame.values[recv][0], TOKEN]
+            return
         shape = recv.shape.tuple_shapes[0]
         source = permute_sources(recv, me.world, frontend=True).get(me.me) if has_send_recv_pairs(recv) else None
         if source is None:
@@ -169,6 +184,9 @@ class RecvDone(Step):
 
 class SendDone(Step):
     def run(self, platform: Platform, frame: Frame) -> None:
+        me = participant_of(frame.resources)
+        if _on_device(me):
+            me.communicator.flush(platform)
         frame.values[self.inst] = TOKEN
 
 

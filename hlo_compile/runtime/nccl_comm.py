@@ -7,22 +7,38 @@ async region's side stream). nccl4py (import ``nccl.core``) API used: ``get_uniq
 ``Communicator.init(nranks, rank, unique_id)``, ``split(color, key)``, ``allreduce(send, recv,
 op, stream=)``, ``allgather``, ``reduce_scatter(send, recv, op, stream=)``, ``broadcast(send,
 recv, root, stream=)``, ``send(buf, peer, stream=)``/``recv(buf, peer, stream=)`` inside
-``group()``, ``NcclRedOp.SUM/PROD/MAX/MIN``; buffers are passed as objects with a
-``__cuda_array_interface__`` (nccl4py reads pointer, count and dtype from it).
+``group()``, ``NcclRedOp.SUM/PROD/MAX/MIN``. nccl4py takes no datatype argument: it reads
+pointer, count and dtype from the buffer (``NcclBuffer``: a cuda.core ``StridedMemoryView``
+of its ``__cuda_array_interface__``, whose dtype is ``numpy.dtype(typestr)``; ``NcclDataType``
+maps the ml_dtypes names ``bfloat16``, ``float8_e4m3fn``, ``float8_e5m2`` before the standard
+kinds). So ``DeviceArray`` names bf16 and f8 by those dtype names, which numpy resolves (ml_dtypes
+is imported), and NCCL reduces them as ``ncclBfloat16`` (NCCL 2.10+) and ``ncclFloat8e4m3``/
+``ncclFloat8e5m2`` (2.24+, sm_90+), as XLA:GPU reduces them (in the element type itself).
 
 What runs how (XLA's semantics, as ``collective_steps.Collective.results`` on the host):
 
-- all-reduce: ``allreduce`` on the operand and result buffers themselves when their layouts
-  agree (elementwise, so the physical order does not matter); pred ``and``/``or`` as MIN/MAX of
-  bytes, c64/c128 ``add`` as the sum of their float parts; otherwise staged as below;
-- the rest is staged: the participant's logical operand (row-major, on the device) is moved by
-  NCCL (``allgather``; ``reduce_scatter`` of the operand with its scatter dimension moved first;
-  all-to-all and collective-permute as ``send``/``recv`` grouped in one ``group()``, so every
-  pair is posted before any waits; collective-broadcast as ``broadcast`` from the group's first
-  participant), and arranged into XLA's result on the host;
+- direct, on the buffers themselves (NCCL into the result; the device arranges with strided
+  copies, ``cuMemcpy2DAsync``, on the same stream), when every operand and result has a plain
+  layout (no tiles or padding) and the operand's layout is the result's:
+  all-reduce (elementwise: any layout); all-gather into the result when the gathered
+  dimension is the major one of the physical layout (every more major dimension of size 1),
+  else into a scratch buffer (participant-major) copied into place; reduce-scatter the same way
+  round (the scattered blocks made contiguous first); all-to-all as ``send``/``recv`` of the
+  blocks (or of scratch blocks) grouped in one ``group()``; collective-permute and
+  collective-broadcast (``broadcast`` from the group's first participant) of the buffers;
+  pred ``and``/``or`` reduce as MIN/MAX of bytes, c64/c128 ``add`` as the sum of their floats;
+- staged through host bytes when the layouts differ (a result in another physical order): the
+  participant's logical operand (row-major, on the device) is moved by NCCL and arranged on
+  the host (``staged`` counts them: ``paths`` records which path each collective took);
+- send/recv (``_xla_send_recv_source_target_pairs``): the ``send`` and ``recv`` steps post
+  their transfer (the recv's buffer is allocated then); the posted transfers go to NCCL in one
+  ``group()`` (in channel order, so the sender's and receiver's calls pair) at the next
+  send-done/recv-done or collective. Every participant runs the same program, so they group
+  the same instructions, and a ring (everyone sends and receives) cannot wait on itself;
 - replica groups other than "everyone" run on a sub-communicator (``split``: color = the group's
   index, key = the rank in it), made once per distinct set of groups;
-- send/recv with several participants, bf16/fp8/sub-byte reductions are refused by name.
+- refused by name: sub-byte elements, reductions of types NCCL has no datatype for (s16, u16,
+  f8 variants other than e4m3fn/e5m2, ...), c64/c128 other than ``add``.
 
 Launching (``spmd_run``): one process per GPU, spawned (multiprocessing ``spawn``, the unique id
 passed to the children) or started by an MPI launcher (``mpi4py``: rank and size from MPI, the
@@ -30,10 +46,12 @@ unique id broadcast from rank 0). Untested on GPUs here: the unit tests use a fa
 """
 from __future__ import annotations
 
+import ctypes
 import importlib
 import importlib.util
 from typing import Any, Sequence
 
+import ml_dtypes
 import numpy as np
 
 from ..hlo import HloInstruction, HloModule
@@ -42,15 +60,19 @@ from ..hlo.dtypes import numpy_dtype
 from ..hlo.errors import HloUnsupportedError
 from ..hlo.shape import Shape
 from .participants import Communicator
+from .physical import buffer_bytes, storage_dtype
 from .runnable import reduction_kind, where
 from .values import Buffer, download_value, upload_value
 
 NCCL_OPS = {"add": "SUM", "multiply": "PROD", "maximum": "MAX", "minimum": "MIN", "and": "MIN", "or": "MAX"}
-# element type → (typestr NCCL reduces as, elements per HLO element)
+# element type → (the dtype NCCL reduces it as, by its typestr; elements per HLO element)
 REDUCE_TYPES = {"f16": ("<f2", 1), "f32": ("<f4", 1), "f64": ("<f8", 1), "s8": ("|i1", 1), "u8": ("|u1", 1),
                 "s32": ("<i4", 1), "u32": ("<u4", 1), "s64": ("<i8", 1), "u64": ("<u8", 1), "pred": ("|u1", 1),
-                "c64": ("<f4", 2), "c128": ("<f8", 2)}
+                "c64": ("<f4", 2), "c128": ("<f8", 2),
+                # ml_dtypes' names: ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2 (module docstring)
+                "bf16": ("bfloat16", 1), "f8e4m3fn": ("float8_e4m3fn", 1), "f8e5m2": ("float8_e5m2", 1)}
 _SUB_BYTE = frozenset({"s2", "u2", "s4", "u4", "f4e2m1fn"})
+BYTES = "|u1"
 
 
 def load_nccl() -> Any:
@@ -112,6 +134,54 @@ def _bytes_shape(n: int) -> Shape:
     return Shape.array("u8", (n,))
 
 
+def plain(shape: Shape) -> bool:
+    """Whether a buffer of ``shape`` is its elements in its layout's order and nothing else
+    (no tiles, padding or other suffix that moves bytes)."""
+    layout = shape.layout
+    if layout is not None and (layout.tiles or layout.element_size_in_bits or layout.tail_padding_alignment != 1):
+        return False
+    itemsize = storage_dtype(shape.element_type).itemsize
+    return buffer_bytes(shape) == shape.element_count() * itemsize
+
+
+def same_order(a: Shape, b: Shape) -> bool:
+    """Whether two plain buffers keep their dimensions in one physical order."""
+    return plain(a) and plain(b) and a.element_type == b.element_type and a.minor_to_major == b.minor_to_major
+
+
+def rows(shape: Shape, d: int) -> tuple[int, int]:
+    """A plain buffer of ``shape`` as (rows, bytes per row) around dimension ``d``: the rows
+    index the dimensions more major than ``d`` in its physical order, a row holds ``d`` and
+    every more minor one. Splitting ``d`` in n blocks splits each row in n pieces."""
+    major_to_minor = list(reversed(shape.minor_to_major))
+    k = major_to_minor.index(d)
+    outer = int(np.prod([shape.dimensions[i] for i in major_to_minor[:k]], dtype=np.int64))
+    per_row = buffer_bytes(shape) // outer if outer else 0
+    return outer, per_row
+
+
+def copy_rows(platform: Any, stream: int, dst: int, dst_pitch: int, src: int, src_pitch: int, width: int,
+              height: int) -> None:
+    """``height`` rows of ``width`` bytes from ``src`` (rows ``src_pitch`` apart) to ``dst``
+    (``dst_pitch`` apart), on ``stream`` after the work queued there (cuda: one
+    ``cuMemcpy2DAsync``; the host platform: its buffers are host memory)."""
+    if not width or not height:
+        return
+    if getattr(platform, "name", "") != "cuda":
+        for r in range(height):
+            ctypes.memmove(dst + r * dst_pitch, src + r * src_pitch, width)
+        return
+    from cuda.bindings import driver
+
+    from .cuda import check
+    p = driver.CUDA_MEMCPY2D()
+    p.srcMemoryType = p.dstMemoryType = driver.CUmemorytype.CU_MEMORYTYPE_DEVICE
+    p.srcDevice, p.srcPitch = driver.CUdeviceptr(src), src_pitch
+    p.dstDevice, p.dstPitch = driver.CUdeviceptr(dst), dst_pitch
+    p.WidthInBytes, p.Height = width, height
+    check(driver.cuMemcpy2DAsync(p, driver.CUstream(stream)), "cuMemcpy2DAsync")
+
+
 class NcclCommunicator(Communicator):
     """One participant's NCCL communicator over the whole world (rank = flattened id)."""
 
@@ -120,16 +190,47 @@ class NcclCommunicator(Communicator):
     def __init__(self, nccl: Any, comm: Any, world: World, rank: int):
         self.nccl, self.comm, self.world, self.rank = nccl, comm, world, rank
         self._subs: dict[tuple, Any] = {}
+        self._p2p: list[tuple] = []  # posted send/recv: (channel, kind, pointer, bytes, peer)
+        self.paths: list[tuple[str, str]] = []  # (instruction, "direct" | "arranged" | "staged")
 
     # ---- the host interface (every collective goes through ``collective``) -------------------------
     def all_values(self, me: int, seq: int, value: Any, what: str) -> list[Any]:
         raise HloUnsupportedError(f"{what}: not a collective NCCL runs")
 
     def send(self, key: tuple, value: Any) -> None:
-        raise HloUnsupportedError("send/recv between several GPUs are not supported yet")
+        raise HloUnsupportedError("send/recv through NCCL post device buffers (post_send)")
 
     def recv(self, me: int, key: tuple, what: str) -> Any:
-        raise HloUnsupportedError(f"{what}: send/recv between several GPUs are not supported yet")
+        raise HloUnsupportedError(f"{what}: send/recv through NCCL post device buffers (post_recv)")
+
+    # ---- send/recv ----------------------------------------------------------------------------------
+    def post_send(self, inst: HloInstruction, data: Buffer, targets: Sequence[int]) -> None:
+        """``send`` ``inst``: its operand's buffer to each of ``targets`` (world ranks), at the
+        next ``flush``."""
+        self._check_bytes(inst, data.shape)
+        for t in targets:
+            self._p2p.append((_channel(inst), "send", pointer(data.data), buffer_bytes(data.shape), t))
+
+    def post_recv(self, inst: HloInstruction, platform: Any, shape: Shape, source: int) -> Buffer:
+        """``recv`` ``inst``: a new buffer the data from ``source`` arrives in by the next ``flush``."""
+        self._check_bytes(inst, shape)
+        out = Buffer(shape, platform.allocate(shape))
+        self._p2p.append((_channel(inst), "recv", pointer(out.data), buffer_bytes(shape), source))
+        return out
+
+    def flush(self, platform: Any) -> None:
+        """Hand every posted send and recv to NCCL in one group, in channel order."""
+        if not self._p2p:
+            return
+        ops, self._p2p = sorted(self._p2p, key=lambda o: o[0]), []
+        stream = stream_of(platform)
+        with self.nccl.group():
+            for _, kind, ptr, n, peer in ops:
+                getattr(self.comm, kind)(DeviceArray(ptr, n, BYTES), peer, stream=stream)
+
+    def _check_bytes(self, inst: HloInstruction, shape: Shape) -> None:
+        if shape.element_type in _SUB_BYTE:
+            raise HloUnsupportedError(f"{where(inst)}: sub-byte elements do not run through NCCL yet", inst.location)
 
     # ---- collectives ------------------------------------------------------------------------------
     def sub(self, groups: Sequence[Sequence[int]]) -> tuple[Any, list[int]]:
@@ -148,40 +249,167 @@ class NcclCommunicator(Communicator):
         """The result buffers (one per ``shapes``) of collective ``inst`` (base ``opcode``) on my
         ``operands`` (buffers), new and owned by the caller."""
         for s in shapes:
-            if s.element_type in _SUB_BYTE:
-                raise HloUnsupportedError(f"{where(inst)}: sub-byte elements do not run through NCCL yet",
-                                          inst.location)
+            self._check_bytes(inst, s)
             if opcode in ("all-reduce", "reduce-scatter"):
                 self._op(inst, s.element_type)  # refused before anything moves
+        self.flush(platform)
         stream = stream_of(platform)
-        if opcode == "all-reduce" and self._direct_all_reduce(inst, operands, shapes):
-            return self._all_reduce(inst, platform, operands, shapes, stream)
+        if all(same_order(op.shape, s) for op, s in zip(operands, shapes)) \
+                and (opcode != "all-to-all" or len({op.shape.minor_to_major for op in operands}) == 1):
+            return self._direct(inst, opcode, platform, operands, shapes, stream)
+        self.paths.append((inst.name, "staged"))
         xs = [np.asarray(download_value(platform, v)) for v in operands]
         outs = self._staged(inst, opcode, platform, xs, stream)
         return [upload_value(platform, x.astype(numpy_dtype(s.element_type), copy=False), s)
                 for x, s in zip(outs, shapes)]
-
-    def _direct_all_reduce(self, inst, operands, shapes) -> bool:
-        return all(op.shape.layout == s.layout and op.shape.element_type in REDUCE_TYPES
-                   for op, s in zip(operands, shapes))
 
     def _op(self, inst: HloInstruction, element_type: str) -> Any:
         kind = reduction_kind(inst)
         if element_type not in REDUCE_TYPES or (element_type in ("c64", "c128") and kind != "add") \
                 or kind is None:
             raise HloUnsupportedError(f"{where(inst)}: a {kind} reduction of {element_type} does not run through "
-                                      "NCCL yet", inst.location)
+                                      "NCCL (no NCCL datatype or operation for it)", inst.location)
         return getattr(self.nccl.NcclRedOp, NCCL_OPS[kind])
 
-    def _all_reduce(self, inst, platform, operands, shapes, stream) -> list[Any]:
-        comm, _ = self.sub(participant_groups(inst, self.world))
+    def _typed(self, ptr: int, shape: Shape, blocks: int = 1) -> DeviceArray:
+        """``1/blocks`` of a buffer of ``shape`` at ``ptr``, as the type NCCL reduces it as."""
+        typestr, per = REDUCE_TYPES[shape.element_type]
+        return DeviceArray(ptr, shape.element_count() * per // blocks, typestr)
+
+    # ---- direct: NCCL on the buffers, arranged on the device ----------------------------------------
+    def _direct(self, inst, opcode, platform, operands, shapes, stream) -> list[Any]:
+        if opcode == "collective-permute":
+            return self._permute_buffers(inst, platform, operands, shapes, stream)
+        comm, group = self.sub(participant_groups(inst, self.world))
+        n, me = len(group), group.index(self.rank)
         outs = [Buffer(s, platform.allocate(s)) for s in shapes]
+        temps: list[Any] = []
+        arranged = False
+        try:
+            if opcode == "all-reduce":
+                with self.nccl.group():
+                    for src, dst in zip(operands, outs):
+                        op = self._op(inst, dst.shape.element_type)
+                        comm.allreduce(self._typed(pointer(src.data), src.shape),
+                                       self._typed(pointer(dst.data), dst.shape), op, stream=stream)
+            elif opcode == "collective-broadcast":
+                with self.nccl.group():
+                    for src, dst in zip(operands, outs):
+                        nbytes = buffer_bytes(src.shape)
+                        comm.broadcast(DeviceArray(pointer(src.data), nbytes, BYTES),
+                                       DeviceArray(pointer(dst.data), nbytes, BYTES), 0, stream=stream)
+            elif opcode == "all-gather":
+                arranged = self._all_gather(inst, comm, n, platform, operands, outs, stream, temps)
+            elif opcode == "reduce-scatter":
+                arranged = self._reduce_scatter_buffers(inst, comm, n, platform, operands, outs, stream, temps)
+            elif opcode == "all-to-all":
+                arranged = self._all_to_all(inst, comm, n, me, platform, operands, outs, stream, temps)
+            else:
+                raise HloUnsupportedError(f"{where(inst)}: no NCCL step for {opcode}", inst.location)
+        finally:
+            if temps:
+                platform.synchronize()
+                for t in temps:
+                    platform.free(t)
+        self.paths.append((inst.name, "arranged" if arranged else "direct"))
+        return outs
+
+    def _scratch(self, platform: Any, nbytes: int, temps: list) -> int:
+        data = platform.allocate(_bytes_shape(nbytes))
+        temps.append(data)
+        return pointer(data)
+
+    def _all_gather(self, inst, comm, n, platform, operands, outs, stream, temps) -> bool:
+        """Participant j's operand is block j of each row of the result (rows around the
+        gathered dimension): NCCL gathers straight into the result when there is one row."""
+        d = inst.dimensions[0]
+        later = []
         with self.nccl.group():
-            for src, dst, s in zip(operands, outs, shapes):
-                typestr, per = REDUCE_TYPES[s.element_type]
-                n = int(np.prod(s.dimensions, dtype=np.int64)) * per
-                comm.allreduce(DeviceArray(pointer(src.data), n, typestr), DeviceArray(pointer(dst.data), n, typestr),
-                               self._op(inst, s.element_type), stream=stream)
+            for src, dst in zip(operands, outs):
+                height, width = rows(src.shape, d)
+                nbytes = height * width
+                into = pointer(dst.data) if height <= 1 else self._scratch(platform, n * nbytes, temps)
+                comm.allgather(DeviceArray(pointer(src.data), nbytes, BYTES), DeviceArray(into, n * nbytes, BYTES),
+                               stream=stream)
+                if height > 1:
+                    later.append((into, dst, height, width))
+        for gathered, dst, height, width in later:  # (n, rows, width) → (rows, n, width)
+            for j in range(n):
+                copy_rows(platform, stream, pointer(dst.data) + j * width, n * width, gathered + j * height * width,
+                          width, width, height)
+        return bool(later)
+
+    def _reduce_scatter_buffers(self, inst, comm, n, platform, operands, outs, stream, temps) -> bool:
+        """Block j of every row of the operand goes to participant j: made contiguous first
+        (rows, n, width) → (n, rows, width) when there are several rows."""
+        d = inst.dimensions[0]
+        sends = []
+        for src in operands:
+            height, per_row = rows(src.shape, d)
+            if height <= 1:
+                sends.append(pointer(src.data))
+                continue
+            width = per_row // n
+            packed = self._scratch(platform, height * per_row, temps)
+            for j in range(n):
+                copy_rows(platform, stream, packed + j * height * width, width, pointer(src.data) + j * width, per_row,
+                          width, height)
+            sends.append(packed)
+        with self.nccl.group():
+            for send, src, dst in zip(sends, operands, outs):
+                comm.reduce_scatter(self._typed(send, src.shape), self._typed(pointer(dst.data), src.shape, n),
+                                    self._op(inst, dst.shape.element_type), stream=stream)
+        return bool(temps)
+
+    def _all_to_all(self, inst, comm, n, me, platform, operands, outs, stream, temps) -> bool:
+        """Block j (of the split dimension, or operand j of the tuple form) to participant j,
+        participant j's block into block j of the result, in one group."""
+        if not inst.dimensions:
+            pairs = [(pointer(src.data), pointer(dst.data), buffer_bytes(src.shape))
+                     for src, dst in zip(operands, outs)]
+            self._exchange_buffers(comm, pairs, stream)
+            return False
+        (src,), (dst,) = operands, outs
+        height, per_row = rows(src.shape, inst.dimensions[0])
+        width = per_row // n
+        if height <= 1:
+            self._exchange_buffers(comm, [(pointer(src.data) + j * width, pointer(dst.data) + j * width, width)
+                                          for j in range(n)], stream)
+            return False
+        block = height * width
+        packed, got = self._scratch(platform, n * block, temps), self._scratch(platform, n * block, temps)
+        for j in range(n):
+            copy_rows(platform, stream, packed + j * block, width, pointer(src.data) + j * width, per_row, width,
+                      height)
+        self._exchange_buffers(comm, [(packed + j * block, got + j * block, block) for j in range(n)], stream)
+        for j in range(n):
+            copy_rows(platform, stream, pointer(dst.data) + j * width, per_row, got + j * block, width, width, height)
+        return True
+
+    def _exchange_buffers(self, comm, pairs: list[tuple[int, int, int]], stream: int) -> None:
+        """``pairs[j]`` = (what goes to group rank j, where j's comes, bytes), in one group."""
+        with self.nccl.group():
+            for peer, (send, recv, nbytes) in enumerate(pairs):
+                comm.send(DeviceArray(send, nbytes, BYTES), peer, stream=stream)
+                comm.recv(DeviceArray(recv, nbytes, BYTES), peer, stream=stream)
+
+    def _permute_buffers(self, inst, platform, operands, shapes, stream) -> list[Any]:
+        sources = permute_sources(inst, self.world)
+        targets = [t for t, s in sources.items() if s == self.rank]
+        source = sources.get(self.rank)
+        if source is None:  # nothing arrives: zeros (XLA's runtime behaviour)
+            outs = [upload_value(platform, np.zeros(tuple(s.dimensions), numpy_dtype(s.element_type)), s)
+                    for s in shapes]
+        else:
+            outs = [Buffer(s, platform.allocate(s)) for s in shapes]
+        with self.nccl.group():
+            for src, dst in zip(operands, outs):
+                nbytes = buffer_bytes(src.shape)
+                for t in targets:
+                    self.comm.send(DeviceArray(pointer(src.data), nbytes, BYTES), t, stream=stream)
+                if source is not None:
+                    self.comm.recv(DeviceArray(pointer(dst.data), nbytes, BYTES), source, stream=stream)
+        self.paths.append((inst.name, "direct"))
         return outs
 
     # ---- staged: logical row-major bytes through NCCL, arranged on the host -------------------------
@@ -305,9 +533,14 @@ class NcclCommunicator(Communicator):
 _NP_TO_HLO = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32", np.dtype(np.float64): "f64",
               np.dtype(np.int8): "s8", np.dtype(np.uint8): "u8", np.dtype(np.int32): "s32", np.dtype(np.uint32): "u32",
               np.dtype(np.int64): "s64", np.dtype(np.uint64): "u64", np.dtype(np.bool_): "pred",
-              np.dtype(np.complex64): "c64", np.dtype(np.complex128): "c128"}
+              np.dtype(np.complex64): "c64", np.dtype(np.complex128): "c128", np.dtype(ml_dtypes.bfloat16): "bf16",
+              np.dtype(ml_dtypes.float8_e4m3fn): "f8e4m3fn", np.dtype(ml_dtypes.float8_e5m2): "f8e5m2"}
 
 
 def _type_name(x: np.ndarray) -> str:
     return _NP_TO_HLO.get(x.dtype, str(x.dtype))
 
+
+
+def _channel(inst: HloInstruction) -> int:
+    return int(inst.attr("channel_id", 0) or 0)
