@@ -40,13 +40,13 @@ def default_cache_dir() -> Path:
 
 def tool_versions() -> str:
     """The versions of what makes the cached bytes (a new one misses every old entry)."""
-    from importlib import metadata
-    parts = []
-    for dist in ("hlo-compile", "llvmlite"):
-        try:
-            parts.append(f"{dist}={metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            parts.append(f"{dist}=?")
+    from . import __version__  # (equal to pyproject's: tests/test_start_up.py; importlib.metadata costs ~20 ms)
+    parts = [f"hlo-compile={__version__}"]
+    try:
+        import llvmlite
+        parts.append(f"llvmlite={llvmlite.__version__}")
+    except (ImportError, AttributeError):
+        parts.append("llvmlite=?")
     # (llvmlite's version fixes the LLVM it bundles: not loading LLVM keeps a warm start fast)
     try:
         from .targets.nvptx.toolkit import find_libdevice

@@ -13,6 +13,6 @@ from __future__ import annotations
 def reserved_kernel_symbols() -> frozenset[str]:
     """Names no kernel may take: every target's ``linked_symbols``, since a plan's kernels keep
     one name on every target (``plan_module``'s ``reserved_symbols``)."""
-    from .host import HostTarget
+    from .host.linked_names import LINKED_SYMBOLS as host_symbols  # the host's table alone: no JIT loaded
     from .nvptx import NvptxTarget
-    return HostTarget.linked_symbols | NvptxTarget.linked_symbols
+    return host_symbols | NvptxTarget.linked_symbols

@@ -23,17 +23,10 @@ from ...codegen.llvm_types import F32, I32, I64, PTR, VOID
 from ...codegen.target import KernelFunction, KernelParam, Target, check_math_args
 from .context import CTAID, NCTAID, NTID, TID, Ctx, ctx_field, load_id
 from .coro import CoroutineKernel
+from .linked_names import BINARY_MATH, LINKED_SYMBOLS, UNARY_MATH
 
 WARP_SIZE = 32
 SHARED_ALIGN = 16
-
-UNARY_MATH = ("exp", "expm1", "log", "log1p", "sin", "cos", "tan", "tanh", "erf", "atan", "asin",
-              "acos", "asinh", "acosh", "atanh", "sinh", "cosh", "cbrt", "exp2", "log2", "log10")
-BINARY_MATH = ("pow", "atan2", "fmod", "hypot")
-# libm functions LLVM's float intrinsics may become on the CPU, and erfc
-_LIBM_OTHER = ("sqrt", "fabs", "floor", "ceil", "rint", "round", "trunc", "erfc")
-# libc: coroutine frames (malloc, free), LLVM's memory intrinsics, the process itself
-_LIBC = ("malloc", "free", "aligned_alloc", "memcpy", "memset", "memmove", "abort", "exit", "printf", "main")
 
 
 class NeedsSync(Exception):
@@ -84,10 +77,7 @@ class HostTarget(Target):
     """Emit kernels for the CPU simulation; ``mode`` is ``"serial"`` or ``"coro"``."""
 
     name = "host"
-    # kernels link libm and libc by name (MCJIT finds them in the process); every name also
-    # with the f suffix of libm's float variants (as the planner always reserved them)
-    linked_symbols = frozenset(n + suffix for n in UNARY_MATH + BINARY_MATH + _LIBM_OTHER + _LIBC
-                               for suffix in ("", "f"))
+    linked_symbols = LINKED_SYMBOLS  # libm and libc, linked by name (linked_names.py)
 
     def __init__(self, mode: str = "serial"):
         if mode not in ("serial", "coro"):

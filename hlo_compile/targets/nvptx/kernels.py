@@ -13,7 +13,6 @@ optimised modules into one (the ``llvm-opt`` stage's text).
 from __future__ import annotations
 
 import os
-from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Sequence
 
 from .ptx import PtxResult, compile_to_ptx
@@ -42,6 +41,13 @@ def free_cpus() -> int:
     except (AttributeError, OSError):  # pragma: no cover - not Unix
         return cpus
     return max(1, min(cpus, int(cpus - load + 1 + 0.5)))
+
+
+def ProcessPoolExecutor(*args, **kwargs):  # noqa: N802 - stands for the class (a seam for tests)
+    """``concurrent.futures.ProcessPoolExecutor``, imported on first use: it loads
+    multiprocessing (~8 ms of start-up), which a compile of a few kernels never needs."""
+    from concurrent.futures import ProcessPoolExecutor as pool
+    return pool(*args, **kwargs)
 
 
 def _compile_one(args: tuple) -> tuple[str, str, dict]:
