@@ -110,8 +110,9 @@ class FakeComm:
             self._do(kind, args, stream)
 
     def _do(self, kind, args, stream):
-        self._log(kind, stream, *[(_array(a)[1], _array(a)[2].str) if hasattr(a, "__cuda_array_interface__")
-                                  else a for a in args])
+        # the typestr as nccl4py reads it (numpy.dtype(typestr): ml_dtypes names bf16 and f8)
+        self._log(kind, stream, *[(_array(a)[1], a.__cuda_array_interface__["typestr"])
+                                  if hasattr(a, "__cuda_array_interface__") else a for a in args])
         if kind == "send":
             buf, peer = args
             with self.world.lock:
@@ -455,3 +456,173 @@ def test_spawned_processes_get_the_id_their_gpu_and_report_failures():
 def _exit_without_result(text, options, world, k, uid, args, ordinal):
     import os
     os._exit(3)
+
+
+# ---- 4 participants: each new path against the interpreter ------------------------------------------
+
+def _compare(module, args, outputs: int) -> list:
+    world = world_of(module)
+    want = evaluate_spmd(module, lambda k: args[k], world)
+    got = run_through_fake_nccl(module, world, args)
+    for k in range(world.size):
+        w, g = literals.flatten(want[k]), literals.flatten(got[k])
+        assert len(w) == len(g) == outputs
+        for i, (a, b) in enumerate(zip(w, g)):
+            assert a.dtype == b.dtype and a.shape == b.shape, (k, i)
+            np.testing.assert_array_equal(b, a, err_msg=f"participant {k}, output {i}")
+    return got
+
+
+LOW_PRECISION = """HloModule low_precision, num_partitions=4
+
+addbf {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT s = bf16[] add(a, b)
+}
+
+maxbf {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT m = bf16[] maximum(a, b)
+}
+
+add8 {
+  a = f8e5m2[] parameter(0)
+  b = f8e5m2[] parameter(1)
+  ROOT s = f8e5m2[] add(a, b)
+}
+
+ENTRY main {
+  x = bf16[4,6]{1,0} parameter(0)
+  y = f8e5m2[8]{0} parameter(1)
+  s = bf16[4,6]{1,0} all-reduce(x), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true,
+    to_apply=addbf
+  m = bf16[4,6]{1,0} all-reduce(x), channel_id=2, replica_groups={{0,2},{1,3}}, use_global_device_ids=true,
+    to_apply=maxbf
+  t = bf16[4,6]{0,1} all-reduce(x), channel_id=3, replica_groups={{0,1,2,3}}, use_global_device_ids=true,
+    to_apply=addbf
+  rs = bf16[4,3]{1,0} reduce-scatter(x), channel_id=4, replica_groups={{0,1},{2,3}}, use_global_device_ids=true,
+    dimensions={1}, to_apply=addbf
+  e = f8e5m2[8]{0} all-reduce(y), channel_id=5, replica_groups={{0,1,2,3}}, use_global_device_ids=true,
+    to_apply=add8
+  ROOT o = tuple(s, m, t, rs, e)
+}
+"""
+
+
+def test_bf16_and_f8_reductions_run_in_their_type_and_equal_the_interpreter():
+    import ml_dtypes
+    module = parse_module(LOW_PRECISION)
+    rng = np.random.default_rng(3)
+    args = [[rng.standard_normal((4, 6)).astype(ml_dtypes.bfloat16),
+             (rng.standard_normal(8) * 4).astype(ml_dtypes.float8_e5m2)] for _ in range(4)]
+    _compare(module, args, 5)
+    reduces = _calls("allreduce")
+    assert reduces[0][4:] == ((24, "bfloat16"), (24, "bfloat16"), RedOp.SUM)  # in bf16, as XLA:GPU reduces it
+    assert reduces[1][0].startswith("split") and reduces[1][6] == RedOp.MAX
+    assert reduces[-1][4:] == ((8, "float8_e5m2"), (8, "float8_e5m2"), RedOp.SUM)
+    (rs,) = _calls("reduce_scatter")
+    assert rs[4:] == ((24, "bfloat16"), (12, "bfloat16"), RedOp.SUM)
+    assert dict(COMMS[0].paths) == {"s": "direct", "m": "direct", "t": "staged", "rs": "arranged", "e": "direct"}
+
+
+RING = """HloModule ring, num_partitions=4
+
+ENTRY main {
+  x = f32[3,5]{1,0} parameter(0)
+  pid = u32[] partition-id()
+  f = f32[] convert(pid)
+  c = f32[3,5]{1,0} broadcast(f), dimensions={}
+  v = f32[3,5]{1,0} add(x, c)
+  t0 = token[] after-all()
+  r = (f32[3,5]{1,0}, u32[], token[]) recv(t0), channel_id=1,
+    frontend_attributes={_xla_send_recv_source_target_pairs="{{0,1},{1,2},{2,3},{3,0}}"}
+  s = (f32[3,5]{1,0}, u32[], token[]) send(v, t0), channel_id=1,
+    frontend_attributes={_xla_send_recv_source_target_pairs="{{0,1},{1,2},{2,3},{3,0}}"}
+  r2 = (f32[3,5]{1,0}, u32[], token[]) recv(t0), channel_id=2,
+    frontend_attributes={_xla_send_recv_source_target_pairs="{{3,1}}"}
+  sx = (f32[3,5]{1,0}, u32[], token[]) send(x, t0), channel_id=2,
+    frontend_attributes={_xla_send_recv_source_target_pairs="{{3,1}}"}
+  rd = (f32[3,5]{1,0}, token[]) recv-done(r), channel_id=1
+  sd = token[] send-done(s), channel_id=1
+  rd2 = (f32[3,5]{1,0}, token[]) recv-done(r2), channel_id=2
+  sd2 = token[] send-done(sx), channel_id=2
+  got = f32[3,5]{1,0} get-tuple-element(rd), index=0
+  got2 = f32[3,5]{1,0} get-tuple-element(rd2), index=0
+  ROOT o = tuple(got, got2)
+}
+"""
+
+
+def test_send_recv_ring_on_four_gpus_equals_the_interpreter():
+    module = parse_module(RING)
+    rng = np.random.default_rng(4)
+    args = [[rng.standard_normal((3, 5)).astype(np.float32)] for _ in range(4)]
+    got = _compare(module, args, 2)
+    np.testing.assert_array_equal(got[1][0], args[0][0] + 0)  # from participant 0 (partition-id 0 added)
+    np.testing.assert_array_equal(got[1][1], args[3][0])  # channel 2: from 3
+    assert not got[0][1].any()  # no source on channel 2: zeros
+    # everything posted went to NCCL in one group at the first done (the ring cannot wait on
+    # itself): participant 1 sends one (channel 1) and receives two (channels 1 and 2)
+    mine = [e for e in FakeComm.log if len(e) > 2 and e[1] == 1 and e[2] in ("send", "recv")]
+    assert sorted((e[2], e[5]) for e in mine) == [("recv", 0), ("recv", 3), ("send", 2)]
+    assert all(e[4] == (60, "|u1") for e in mine)
+    groups = sorted(e[1] for e in FakeComm.log if e[0] == "group")
+    assert groups == [2, 2, 3, 3]  # one per participant: 1 and 3 have a part in channel 2
+
+
+LAYOUTS = """HloModule layouts, num_partitions=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[4,8]{1,0} parameter(0)
+  xt = f32[4,8]{0,1} copy(x)
+  g_minor = f32[4,32]{1,0} all-gather(x), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={1},
+    use_global_device_ids=true
+  g_major = f32[16,8]{1,0} all-gather(x), channel_id=2, replica_groups={{0,1,2,3}}, dimensions={0},
+    use_global_device_ids=true
+  g_cm = f32[4,32]{0,1} all-gather(xt), channel_id=3, replica_groups={{0,1,2,3}}, dimensions={1},
+    use_global_device_ids=true
+  g_staged = f32[4,32]{0,1} all-gather(x), channel_id=4, replica_groups={{0,1,2,3}}, dimensions={1},
+    use_global_device_ids=true
+  rs_minor = f32[4,4]{1,0} reduce-scatter(x), channel_id=5, replica_groups={{0,1},{2,3}}, dimensions={1},
+    use_global_device_ids=true, to_apply=add
+  rs_major = f32[1,8]{1,0} reduce-scatter(x), channel_id=6, replica_groups={{0,1,2,3}}, dimensions={0},
+    use_global_device_ids=true, to_apply=add
+  rs_staged = f32[4,2]{0,1} reduce-scatter(x), channel_id=7, replica_groups={{0,1,2,3}}, dimensions={1},
+    use_global_device_ids=true, to_apply=add
+  a_minor = f32[4,8]{1,0} all-to-all(x), channel_id=8, replica_groups={{0,1,2,3}}, dimensions={1}
+  a_major = f32[4,8]{1,0} all-to-all(x), channel_id=9, replica_groups={{0,1,2,3}}, dimensions={0}
+  a_staged = f32[4,8]{0,1} all-to-all(x), channel_id=10, replica_groups={{0,1,2,3}}, dimensions={1}
+  a_tuple = (f32[4,8]{1,0}, f32[4,8]{1,0}) all-to-all(x, x), channel_id=11, replica_groups={{0,1},{2,3}}
+  t1 = f32[4,8]{1,0} get-tuple-element(a_tuple), index=1
+  p = f32[4,8]{1,0} collective-permute(x), channel_id=12, source_target_pairs={{0,1},{1,2},{2,0}}
+  p_staged = f32[4,8]{0,1} collective-permute(x), channel_id=13, source_target_pairs={{0,3},{3,0}}
+  b = f32[4,8]{0,1} collective-broadcast(xt), channel_id=14, replica_groups={{2,1,0,3}}
+  ROOT o = tuple(g_minor, g_major, g_cm, g_staged, rs_minor, rs_major, rs_staged, a_minor, a_major, a_staged, t1,
+    p, p_staged, b)
+}
+"""
+
+
+def test_gather_scatter_all_to_all_direct_arranged_and_staged_equal_the_interpreter():
+    module = parse_module(LAYOUTS)
+    rng = np.random.default_rng(5)
+    args = [[rng.standard_normal((4, 8)).astype(np.float32)] for _ in range(4)]
+    _compare(module, args, 14)
+    for comm in COMMS:
+        assert dict(comm.paths) == {
+            "g_minor": "arranged", "g_major": "direct", "g_cm": "direct", "g_staged": "staged",
+            "rs_minor": "arranged", "rs_major": "direct", "rs_staged": "staged",
+            "a_minor": "arranged", "a_major": "direct", "a_staged": "staged", "a_tuple": "direct",
+            "p": "direct", "p_staged": "staged", "b": "direct"}
+    gathers = _calls("allgather")
+    assert [g[4:] for g in gathers[:3]] == [((128, "|u1"), (512, "|u1"))] * 3  # whole buffers, no host bytes
+    # a minor-dimension reduce-scatter hands NCCL the blocks made contiguous: all 32 floats, 16 back
+    assert _calls("reduce_scatter")[0][4:] == ((32, "<f4"), (16, "<f4"), RedOp.SUM)
