@@ -3,13 +3,15 @@
 libdevice is 350 functions of bitcode; a kernel uses a handful. Linking all of it and letting
 O3 drop the rest costs about a second per module, so instead:
 
-- libdevice is parsed once per process, only when a module first calls an ``__nv_*``
-  function, and every definition gets ``linkonce_odr`` linkage: the IR linker then copies a
-  definition only when something references it;
+- libdevice is read once per process, only when a module first calls an ``__nv_*``
+  function; it is parsed (with every definition given ``linkonce_odr`` linkage: the IR
+  linker then copies a definition only when something references it) only when a name never
+  seen before appears, and that parse is consumed by the link: parsing the bitcode again
+  (~35 ms) is cheaper than cloning a parsed copy (~47 ms), and the signatures of the names
+  asked for are read from it, not those of all 350 functions (issue 17: start-up);
 - for each distinct set of ``__nv_*`` names, a small "snippet" is built once: a stub module
   that only declares those names, with libdevice linked into it (so it holds exactly those
-  functions and what they call). Its bitcode, a few KB, is cached. libdevice itself is cloned
-  only when a name never seen before appears (see ``_snippet``);
+  functions and what they call). Its bitcode, a few KB, is cached (see ``_snippet``);
 - every module using that set parses the cached snippet and links it in (2-3 ms).
 
 Snippet definitions stay ``linkonce_odr``, so two snippets sharing a helper merge cleanly;
@@ -47,7 +49,7 @@ class LibDeviceLinker:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._library: llvm.ModuleRef | None = None
+        self._bitcode: bytes | None = None
         self._signatures: dict[str, tuple[str, str]] = {}  # name -> (return type, params)
         # (triple, datalayout, names) -> snippet bitcode
         self._snippets: dict[tuple[str, str, frozenset[str]], bytes] = {}
@@ -56,23 +58,39 @@ class LibDeviceLinker:
 
     @property
     def loaded(self) -> bool:
-        """Whether libdevice has been parsed in this process (by this linker)."""
-        return self._library is not None
+        """Whether libdevice has been read in this process (by this linker)."""
+        return self._bitcode is not None
 
-    def _load(self) -> llvm.ModuleRef:
-        if self._library is None:
-            library = llvm.parse_bitcode(read_libdevice_bitcode())
-            for fn in library.functions:
-                if fn.is_declaration:
-                    continue
-                if fn.linkage == llvm.Linkage.external:
-                    fn.linkage = llvm.Linkage.linkonce_odr
-                if fn.name.startswith(PREFIX):
-                    ty = fn.global_value_type
-                    params = ", ".join(str(p) for p in ty.get_function_parameters())
-                    self._signatures[fn.name] = (str(ty.get_function_return()), params)
-            self._library = library
-        return self._library
+    def _fresh_library(self, triple: str, data_layout: str) -> llvm.ModuleRef:
+        """A new parse of libdevice, its definitions ``linkonce_odr``, with our triple and
+        datalayout (libdevice declares an old triple and datalayout: so the link is clean)."""
+        if self._bitcode is None:
+            self._bitcode = read_libdevice_bitcode()
+        library = llvm.parse_bitcode(self._bitcode)
+        for fn in library.functions:
+            if not fn.is_declaration and fn.linkage == llvm.Linkage.external:
+                fn.linkage = llvm.Linkage.linkonce_odr
+        library.triple = triple
+        library.data_layout = data_layout
+        return library
+
+    def _read_signatures(self, library: llvm.ModuleRef, names: frozenset[str]) -> None:
+        """Record the signatures of ``names`` as ``library`` defines them; a name it does not
+        define is not a libdevice function."""
+        unknown = []
+        for name in sorted(names - self._signatures.keys()):
+            try:
+                fn = library.get_function(name)
+            except NameError:
+                fn = None
+            if fn is None or fn.is_declaration:
+                unknown.append(name)
+                continue
+            ty = fn.global_value_type
+            params = ", ".join(str(p) for p in ty.get_function_parameters())
+            self._signatures[name] = (str(ty.get_function_return()), params)
+        if unknown:
+            raise CodegenError(f"not a libdevice function: {', '.join(unknown)}")
 
     def _stub(self, names: frozenset[str], triple: str, data_layout: str) -> llvm.ModuleRef:
         """A module that only declares ``names`` (with libdevice's signatures)."""
@@ -86,21 +104,16 @@ class LibDeviceLinker:
         cached = self._snippets.get(key)
         if cached is not None:
             return cached
-        library = self._load()
-        unknown = sorted(n for n in names if n not in self._signatures)
-        if unknown:
-            raise CodegenError(f"not a libdevice function: {', '.join(unknown)}")
-        # Cloning libdevice costs ~35 ms, so it is done only when a name never seen before
-        # appears: the clone goes into a "union" module holding every function needed so far,
-        # and each set's snippet is cut from that small module instead.
+        # A name never seen before needs libdevice itself: it goes into a "union" module holding
+        # every function needed so far (built from a fresh parse, which the link consumes), and
+        # each set's snippet is cut from that small module instead.
         seen, union = self._unions.get((triple, data_layout), (frozenset(), None))
         if union is None or not names <= seen:
+            library = self._fresh_library(triple, data_layout)
+            self._read_signatures(library, names)
             seen = seen | names
             union = self._stub(seen, triple, data_layout)
-            # libdevice declares an old triple and datalayout; give it ours so the link is clean
-            library.triple = triple
-            library.data_layout = data_layout
-            union.link_in(library, preserve=True)
+            union.link_in(library)
             self._unions[(triple, data_layout)] = (seen, union)
         stub = self._stub(names, triple, data_layout)
         stub.link_in(union, preserve=True)  # linkonce_odr: only what ``names`` reach comes in
