@@ -42,6 +42,20 @@ class AsyncRegion:
     waited: bool = False
 
 
+def cuda_compile_options(options: CompileOptions, arch: str, notes: list[str] | None = None) -> CompileOptions:
+    """``options`` for a GPU of ``arch`` in this process (``CudaPlatform.compile_options``,
+    also made without a platform: ``spmd_run`` compiles once for the GPU processes it starts)."""
+    from .library_steps import library_unavailable
+    changes: dict[str, str] = {"arch": arch}
+    for flag, families in (("gemm", ("gemm",)), ("conv", ("conv", "fmha"))):
+        why = [w for w in (library_unavailable(f) for f in families) if w]
+        if getattr(options, flag) == "library" and why:
+            changes[flag] = "generated"
+            if notes is not None:
+                notes.append(f"--{flag}=library unavailable ({why[0]}): library calls compiled by our emitters")
+    return dataclasses.replace(options, **changes)
+
+
 class CudaPlatform(Platform):
     name = "cuda"
 
@@ -65,14 +79,7 @@ class CudaPlatform(Platform):
     def compile_options(self, options: CompileOptions) -> CompileOptions:
         """Launch heuristics and PTX for the GPU that is there; library calls whose library
         cannot run here are generated instead (said in ``notes``)."""
-        from .library_steps import library_unavailable
-        changes: dict[str, str] = {"arch": self.arch}
-        for flag, families in (("gemm", ("gemm",)), ("conv", ("conv", "fmha"))):
-            why = [w for w in (library_unavailable(f) for f in families) if w]
-            if getattr(options, flag) == "library" and why:
-                changes[flag] = "generated"
-                self.notes.append(f"--{flag}=library unavailable ({why[0]}): library calls compiled by our emitters")
-        return dataclasses.replace(options, **changes)
+        return cuda_compile_options(options, self.arch, self.notes)
 
     def kernel_stage(self) -> Stage:
         return Stage(KERNELS, ("fusions", "ptx"), self.load_kernels,

@@ -125,14 +125,16 @@ def _programs_stage(platform: Platform) -> Stage:
 
 
 def compile_executable(module: HloModule, platform: str | Platform, options: CompileOptions | None = None, *,
-                       dump_to: Path | DumpDirectory | None = None, module_index: int = 0) -> Executable:
+                       dump_to: Path | DumpDirectory | None = None, module_index: int = 0,
+                       cache: Any = None) -> Executable:
     """Plan, emit and compile every kernel of ``module`` for ``platform`` (a name or a
     platform object), through the pipeline's stages; with ``dump_to``, dump them as
-    ``hlo-compile --dump-to`` does (module number ``module_index``)."""
+    ``hlo-compile --dump-to`` does (module number ``module_index``); with ``cache`` (a
+    ``KernelCache``), per-kernel stages read and write their entries there."""
     t0 = time.perf_counter()
     p = make_platform(platform) if isinstance(platform, str) else platform
     options = p.compile_options(options or CompileOptions())
     result = run_pipeline(module, options, dump_to=dump_to, module_index=module_index,
-                          then=[_programs_stage(p), p.kernel_stage()])
+                          then=[_programs_stage(p), p.kernel_stage()], cache=cache)
     return Executable(result.plan, p, result.values[KERNELS], compile_seconds=time.perf_counter() - t0,
                       programs=result.values[PROGRAMS], pipeline=result)
