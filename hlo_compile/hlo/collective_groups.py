@@ -3,7 +3,7 @@
 Participants are numbered by their *flattened id*, replica-major: ``replica * P + partition``
 (R replicas, P partitions). ``replica_groups`` is written in one of three spellings (explicit
 ``{{0,1},{2,3}}``, iota ``[2,2]<=[4]`` with an optional ``T(perm)``, mesh
-``mesh['x'=2,'y'=2] {'y'}``) and its ids mean replica ids, partition ids or flattened ids
+``mesh['x'=2,'y'=2] {'y'}`` with optional ``device_ids`` and sub-axes ``'x':(pre)size``) and its ids mean replica ids, partition ids or flattened ids
 depending on the op's *group mode* (XLA's ``GetCollectiveOpGroupMode``):
 
 - all-reduce, all-gather, reduce-scatter: no ``channel_id`` → cross-replica; a channel id and
@@ -142,15 +142,60 @@ def _mesh_groups(axes_text: str, listed_text: str, inst) -> list[list[int]]:
             else:
                 device_ids = np.array(_ints(body))
         else:
-            raise _refuse(inst, f"mesh axis '{p}' (sub-axes, maximal meshes) is not supported")
-    listed = [x.strip().strip("'") for x in listed_text.split(",") if x.strip()]
-    if any(":" in x or x not in names for x in listed):
-        raise _refuse(inst, f"mesh replica groups list axes {listed} not all in the mesh {names}")
+            raise _refuse(inst, f"mesh axis '{p}' is not supported (only 'name'=size axes and device_ids)")
+    listed = [_axis_ref(x.strip(), names, sizes, inst) for x in listed_text.split(",") if x.strip()]
     total = int(np.prod(sizes))
     grid = (np.arange(total) if device_ids is None else device_ids).reshape(sizes)
-    order = [i for i, n in enumerate(names) if n not in listed] + [names.index(x) for x in listed]
-    size = int(np.prod([sizes[names.index(x)] for x in listed])) if listed else 1
+    factors, labels = _factor_axes(names, sizes, listed, inst)
+    grid = grid.reshape(factors)
+    position = {label: k for k, label in enumerate(labels) if label is not None}
+    order = [k for k, label in enumerate(labels) if label is None] + [position[ref] for ref in listed]
+    size = int(np.prod([factors[position[ref]] for ref in listed])) if listed else 1
     return grid.transpose(order).reshape(-1, size).tolist()
+
+
+_AXIS_REF = re.compile(r"^'([^']*)'(?::\((\d+)\)(\d+))?$")
+
+
+def _axis_ref(text: str, names: list[str], sizes: list[int], inst) -> tuple[str, int, int]:
+    """A listed axis ``'a'`` or sub-axis ``'a':(pre)size`` as ``(name, pre, size)``; a whole
+    axis is ``(name, 1, its size)``."""
+    m = _AXIS_REF.match(text)
+    if m is None or m.group(1) not in names:
+        raise _refuse(inst, f"mesh replica groups list axis {text}, which is not an axis of the mesh {names}")
+    n = sizes[names.index(m.group(1))]
+    if m.group(2) is None:
+        return m.group(1), 1, n
+    pre, size = int(m.group(2)), int(m.group(3))
+    if pre < 1 or size < 1 or n % (pre * size) or size >= n:
+        raise _refuse(inst, f"mesh sub-axis {text}: pre-size and size must divide the axis size {n}, "
+                            "the size be smaller than it")
+    return m.group(1), pre, size
+
+
+def _factor_axes(names: list[str], sizes: list[int], listed: list[tuple[str, int, int]],
+                 inst) -> tuple[list[int], list]:
+    """The mesh's axes split into factors (major to minor) so that each listed (sub-)axis is one:
+    ``'a':(pre)size`` of an axis of size n is the middle factor of ``[pre, size, n / (pre size)]``
+    (several sub-axes of one axis in order of pre, padding factors between). Returns the factor
+    sizes and, for each, the listed reference it is, or None."""
+    factors: list[int] = []
+    labels: list = []
+    for name, n in zip(names, sizes):
+        refs = sorted((r for r in listed if r[0] == name), key=lambda r: r[1])
+        if len(refs) > 1 and any(r[1:] == (1, n) for r in refs):
+            raise _refuse(inst, f"mesh axis '{name}' is listed whole and as a sub-axis")
+        done = 1
+        for ref in refs:
+            _, pre, size = ref
+            if pre % done:
+                raise _refuse(inst, f"mesh sub-axes of '{name}' overlap ({refs})")
+            factors += [pre // done, size]
+            labels += [None, ref]
+            done = pre * size
+        factors.append(n // done)
+        labels.append(None)
+    return factors, labels
 
 
 def participant_groups(inst: HloInstruction, world: World) -> list[list[int]]:
