@@ -22,9 +22,13 @@ from hlo_compile.hlo.collective_groups import World, world_of
 from hlo_compile.hlo.errors import HloError, HloUnsupportedError
 from hlo_compile.interpreter.evaluator import evaluate_spmd
 from hlo_compile.runtime import literals, spmd_run
+from hlo_compile.runtime.cuda_platform import cuda_compile_options
 from hlo_compile.runtime.executable import compile_executable
+from hlo_compile.runtime.host_platform import HostPlatform
 from hlo_compile.runtime.nccl_comm import NcclCommunicator, check_cuda_participants
 from hlo_compile.runtime.participants import SpmdResources
+from hlo_compile.runtime.platform import KERNELS
+from hlo_compile.stages import Stage, StageOutput
 
 
 class RedOp(enum.IntEnum):
@@ -626,3 +630,40 @@ def test_gather_scatter_all_to_all_direct_arranged_and_staged_equal_the_interpre
     assert [g[4:] for g in gathers[:3]] == [((128, "|u1"), (512, "|u1"))] * 3  # whole buffers, no host bytes
     # a minor-dimension reduce-scatter hands NCCL the blocks made contiguous: all 32 floats, 16 back
     assert _calls("reduce_scatter")[0][4:] == ((32, "<f4"), (16, "<f4"), RedOp.SUM)
+
+
+# ---- the GPU processes compile nothing the launcher compiled ------------------------------------------
+
+class _PtxPlatform(HostPlatform):
+    """The cuda platform's compile without a GPU: its options (``cuda_compile_options`` for
+    sm_90) and a kernel stage that needs the PTX, as ``CudaPlatform`` loads it."""
+
+    name = "cuda-like"
+
+    def compile_options(self, options):
+        return cuda_compile_options(options, "sm_90")
+
+    def kernel_stage(self):
+        return Stage(KERNELS, ("fusions", "ptx"), lambda options, plan, ptx: StageOutput({"ptx": ptx}))
+
+
+def _compile_in_child(text, options, world, k, uid, args, ordinal):
+    """A spawned GPU process's compile (``spmd_run.compile_participant``): what it read from the cache."""
+    exe = spmd_run.compile_participant(text, options, _PtxPlatform())
+    return exe.pipeline.cache_hits, "ptx" in exe.kernels and ".entry" in exe.kernels["ptx"]
+
+
+def test_spawned_processes_read_the_kernels_the_launcher_compiled(tmp_path, monkeypatch):
+    monkeypatch.setenv("HLO_COMPILE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr("hlo_compile.runtime.nccl_comm.gpu_arch", lambda ordinal=0: "sm_90")
+    module = parse_module(SPMD)
+    options = spmd_run.warm_cache(module, None)  # the launcher: once
+    assert options.arch == "sm_90" and list(tmp_path.rglob("*.entry"))
+    text = module.to_text("long")
+    got = spmd_run.run_spawned(World(1, 2), "uid", lambda k: (text, options, [], k), target=_compile_in_child,
+                               timeout=300)
+    assert got == [(["llvm-opt"], True)] * 2  # every kernel optimized IR from the cache; the PTX made from it
+    cold = tmp_path / "cold"
+    monkeypatch.setenv("HLO_COMPILE_CACHE_DIR", str(cold))  # without the launcher's compile: nothing to read
+    assert spmd_run.run_spawned(World(1, 1), "uid", lambda k: (text, options, [], k), target=_compile_in_child,
+                                timeout=300) == [([], True)]

@@ -97,6 +97,19 @@ def gpu_count() -> int:
         return 0
 
 
+def gpu_arch(ordinal: int = 0) -> str:
+    """``sm_XY`` of GPU ``ordinal``, read from the driver without making a context."""
+    from cuda.bindings import driver
+
+    from .cuda import check
+    check(driver.cuInit(0), "cuInit")
+    dev = check(driver.cuDeviceGet(ordinal), "cuDeviceGet")
+    attr = driver.CUdevice_attribute
+    major = check(driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "attribute")
+    minor = check(driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "attribute")
+    return f"sm_{major}{minor}"
+
+
 def check_cuda_participants(module: HloModule, world: World, gpus: int | None = None) -> None:
     """Refuse, by name, an SPMD run cuda cannot do here: fewer GPUs than participants (one
     process per GPU on this machine; under MPI, the launcher's size must be the world's), or

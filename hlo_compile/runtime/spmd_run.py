@@ -4,6 +4,8 @@ per GPU through NCCL (``nccl_comm.py``), spawned here (``multiprocessing`` spawn
 on GPU k, the NCCL unique id passed to each child) or started by an MPI launcher (``mpirun -n
 R*P hlo-run ...``: rank and size from ``mpi4py``, the unique id broadcast from rank 0, rank r on
 GPU ``local rank % GPUs``; every rank gets every participant's results, rank 0 writes them).
+Spawned processes do not compile the kernels again: this process compiles them once into the
+persistent kernel cache (``warm_cache``) and each process's compile reads them from it.
 """
 from __future__ import annotations
 
@@ -113,16 +115,39 @@ def participant_device(k: int, gpus: int, mpi: MpiContext | None = None) -> int:
 def run_gpu_participant(text: str, options: Any, world: World, k: int, unique_id: Any, args: Sequence[Any],
                         ordinal: int) -> Any:
     """Participant ``k``'s run in this process, on GPU ``ordinal``, through NCCL."""
-    from ..hlo import parse_module
     from .cuda_platform import CudaPlatform
-    from .executable import compile_executable
     from .nccl_comm import NcclCommunicator, load_nccl
     nccl = load_nccl()
-    platform = CudaPlatform(ordinal)
-    exe = compile_executable(parse_module(text), platform, options)
+    exe = compile_participant(text, options, CudaPlatform(ordinal))
     comm = NcclCommunicator(nccl, nccl.Communicator.init(world.size, k, unique_id), world, k)
     params = exe.upload_arguments(args)
     return run_one(exe, SpmdResources(exe.kernels, exe.constants, world, k, comm), params)
+
+
+def compile_participant(text: str, options: Any, platform: Any) -> Any:
+    """A GPU process's executable of the module: its per-kernel stages read from the
+    persistent cache the launching process filled (``warm_cache``), so only the passes, the
+    PTX and loading run again here."""
+    from ..hlo import parse_module
+    from ..kernel_cache import KernelCache, default_cache_dir
+    from .executable import compile_executable
+    return compile_executable(parse_module(text), platform, options, cache=KernelCache(default_cache_dir()))
+
+
+def warm_cache(module: HloModule, options: Any) -> Any:
+    """Compile ``module``'s kernels once, here, into the persistent cache (``default_cache_dir``,
+    which the spawned processes inherit), as the GPU processes will compile them: ``options``
+    are made as ``CudaPlatform.compile_options`` makes them for GPU 0's arch, without a
+    context here. The options the processes use (their own GPU's arch decides in the end: a
+    process on another kind of GPU compiles for it, missing the cache)."""
+    from ..kernel_cache import KernelCache, default_cache_dir
+    from ..options import CompileOptions
+    from ..pipeline import run_pipeline
+    from .cuda_platform import cuda_compile_options
+    from .nccl_comm import gpu_arch
+    opts = cuda_compile_options(options or CompileOptions(), gpu_arch(0))
+    run_pipeline(module, opts, emit="llvm-opt", cache=KernelCache(default_cache_dir()))
+    return opts
 
 
 def _child(target: Callable, conn: Any, *args: Any) -> None:
@@ -190,10 +215,11 @@ def compile_cuda_spmd(module: HloModule, world: World, options: Any = None) -> C
     text = module.to_text("long")
     if mpi is None:
         check_cuda_participants(module, world)
+        opts = warm_cache(module, options)  # compiled once; the processes read its kernels
 
         def run(args: list) -> list:
             unique_id = load_nccl().get_unique_id()
-            return run_spawned(world, unique_id, lambda k: (text, options, args[k], participant_device(k, world.size)))
+            return run_spawned(world, unique_id, lambda k: (text, opts, args[k], participant_device(k, world.size)))
         return run
     if mpi.size != world.size:
         raise HloUnsupportedError(f"module {module.name} runs on {world.size} participants but the MPI launcher "
