@@ -13,9 +13,9 @@ so the builder may end in a different basic block than it started in.
 """
 from __future__ import annotations
 
+import struct
 from typing import Any, Callable, Iterator, Sequence
 
-import numpy as np
 from llvmlite import ir
 
 from ..hlo.dtypes import numpy_dtype
@@ -78,6 +78,13 @@ def emit_scalar_op(b: ir.IRBuilder, target: Target, inst: HloInstruction,
 # ---- constants ------------------------------------------------------------------------------
 
 def _float_bits(value: Any, et: str) -> int:
+    if type(value) is float and et in ("f32", "f64"):  # a Python float: no numpy (issue 17)
+        try:  # (C's double -> float conversion, as numpy's astype)
+            return struct.unpack("<I", struct.pack("<f", value))[0] if et == "f32" else \
+                struct.unpack("<Q", struct.pack("<d", value))[0]
+        except OverflowError:  # a finite double beyond f32's range: numpy's astype makes it inf
+            pass
+    import numpy as np
     dt = numpy_dtype(et)
     raw = np.asarray(value).astype(dt).reshape(())
     return int(raw.view(np.dtype(f"u{dt.itemsize}")))
@@ -90,7 +97,7 @@ def _f32_bits_as_double_hex(bits: int) -> str:
     if exp == 0xFF:
         d = (sign << 63) | (0x7FF << 52) | (man << 29)
     else:
-        d = int(np.array(float(np.array(bits, np.uint32).view(np.float32)), np.float64).view(np.uint64))
+        d = struct.unpack("<Q", struct.pack("<d", struct.unpack("<f", struct.pack("<I", bits))[0]))[0]
     return f"0x{d:016X}"
 
 
@@ -105,14 +112,23 @@ class _ExactFloat(ir.FormattedConstant):
 def emit_constant_scalar(value: Any, et: str) -> ir.Constant:
     """The constant of element type ``et`` (compute type) for one literal element: a Python
     or numpy scalar (or 0-d array). Float constants keep their exact bits (-0, inf, NaN)."""
+    python = type(value) in (bool, int, float)  # (a Python number needs no numpy: issue 17)
     if is_complex(et):
+        import numpy as np
         return complex_constant(complex(np.asarray(value).reshape(())), et, emit_constant_scalar)
     t = compute_type(et)
     if t == I1:
+        if python:
+            return ir.Constant(I1, bool(value))
+        import numpy as np
         return ir.Constant(I1, bool(np.asarray(value)))
     if is_f8(et):  # the raw bits of the value rounded as the literal's type
+        import numpy as np
         return ir.Constant(I8, int(np.asarray(value).astype(numpy_dtype(et)).view(np.uint8)))
     if isinstance(t, ir.IntType):
+        if type(value) in (bool, int):
+            return int_const(t, int(value))
+        import numpy as np
         return int_const(t, int(np.asarray(value)))
     bits = _float_bits(value, et)
     if t == BFLOAT:
@@ -130,6 +146,10 @@ Value = Any  # an ir.Value, or a tuple of Values for a tuple-shaped instruction
 
 
 def _scalar_literal(inst: HloInstruction) -> Any:
+    plain = inst.plain_scalar()
+    if plain is not None:  # (no numpy: issue 17)
+        return plain
+    import numpy as np
     lit = np.asarray(inst.literal)
     if lit.size != 1:
         raise HloUnsupportedError(f"constant '{inst.name}'{_where(inst)} is not a scalar", inst.location)

@@ -18,7 +18,6 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
-import numpy as np
 from llvmlite import ir
 
 from ..hlo import HloInstruction
@@ -179,6 +178,10 @@ class FusedEmitter:
         if not inst.shape.is_array:
             raise unsupported(inst, "tuple constants inside a fusion are not supported")
         et = inst.shape.element_type
+        plain = inst.plain_scalar()
+        if plain is not None:  # (no numpy: issue 17)
+            return emit_constant_scalar(plain, et)
+        import numpy as np
         lit = np.asarray(inst.literal)
         if lit.size == 1:
             return emit_constant_scalar(lit.reshape(-1)[0], et)

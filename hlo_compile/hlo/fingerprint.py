@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import hashlib
 
-import numpy as np
-
 from .ir import HloComputation, HloInstruction
 
 # attributes that do not change what an instruction computes
@@ -51,6 +49,7 @@ def canonical_text(comp: HloComputation, memo: dict[int, str] | None = None) -> 
 
 def _literal_digest(value) -> str:
     """A constant built by a pass (no text): the digest of its values."""
+    import numpy as np  # (here: constants with text never need it)
     h = hashlib.sha256()
     for v in (value if isinstance(value, tuple) else (value,)):
         arr = np.ascontiguousarray(v)

@@ -13,7 +13,7 @@ from typing import Any, Iterator, Sequence
 from .attributes import (Attribute, ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers,
                          ScatterDimensionNumbers)
 from .errors import SourceLocation
-from .literal import parse_literal
+from .literal import parse_literal, scalar_value
 from .printer import module_to_text
 from .shape import Shape
 
@@ -109,6 +109,14 @@ class HloInstruction:
         if self._literal is None:
             self._literal = parse_literal(self.literal_text or "", self.shape)
         return self._literal
+
+    def plain_scalar(self) -> bool | int | float | None:
+        """A constant's one element as a Python number, read from its text without numpy,
+        when its element type is plain (``literal.PLAIN_TYPES``: the value ``literal``'s
+        array holds, f32 exactly); None otherwise (``literal`` then has it)."""
+        if self.literal_text is None:
+            return None
+        return scalar_value(self.literal_text, self.shape)
 
     def called_computations(self) -> list["HloComputation"]:
         out: list[HloComputation] = []

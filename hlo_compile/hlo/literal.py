@@ -1,16 +1,26 @@
-"""Literal text (the inside of ``constant(...)``) to numpy values, with XLA's range checks."""
+"""Literal text (the inside of ``constant(...)``) to numpy values, with XLA's range checks.
+
+numpy loads on first need: a one-element literal of a plain type (``PLAIN_TYPES``) is checked
+and read as a Python number without it (``scalar_value``), so compiling a module whose
+constants are such scalars never imports numpy (~100 ms of start-up: issue 17).
+"""
 from __future__ import annotations
 
 import math
 import re
-from typing import Any
-
-import ml_dtypes
-import numpy as np
+import struct
+from typing import TYPE_CHECKING, Any
 
 from .dtypes import has_numpy_dtype, numpy_dtype
 from .element_types import element_type
 from .shape import Shape
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+# Element types whose one-element literals ``scalar_value`` reads without numpy: their values
+# are Python's bool, int and float exactly (f32 through a round trip of C's float).
+PLAIN_TYPES = frozenset({"pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64", "f32", "f64"})
 
 
 class LiteralError(ValueError):
@@ -73,6 +83,20 @@ class _Reader:
         return tok
 
 
+_F32_MAX = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]  # numpy's finfo(float32).max
+_F64_MAX = 1.7976931348623157e308  # finfo(float64).max
+
+
+def to_f32(v: float) -> float | None:
+    """``v`` rounded to the nearest f32 (as a Python float), or None where the rounding
+    overflows a finite ``v`` to infinity: C's double -> float conversion, which numpy's
+    ``astype(float32)`` is too (inf and NaN keep their sign)."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", v))[0]
+    except OverflowError:
+        return None
+
+
 def _check_scalar(tok: str, etype: str, offset: int) -> Any:
     kind = element_type(etype).kind
     if tok in ("true", "false"):
@@ -113,21 +137,29 @@ def _check_scalar(tok: str, etype: str, offset: int) -> Any:
     if body == "inf":
         return -math.inf if neg else math.inf
     v = float(tok)
+    out_of_range = f"value {tok} is out of range for literal's primitive type {etype.upper()}"
     if math.isinf(v):
-        raise LiteralError(f"value {tok} is out of range for literal's primitive type {etype.upper()}", offset)
-    if has_numpy_dtype(etype) and kind == "float":
+        raise LiteralError(out_of_range, offset)
+    if etype == "f64":
+        pass  # a finite double is a finite f64
+    elif etype == "f32":
+        if to_f32(v) is None:  # (C's double -> float conversion, as numpy's astype does)
+            raise LiteralError(out_of_range, offset)
+    elif has_numpy_dtype(etype) and kind == "float":
+        import ml_dtypes
+        import numpy as np
         with np.errstate(over="ignore"):
-            if etype in ("f16", "f32", "bf16", "f64"):
+            if etype in ("f16", "bf16"):
                 converted = np.array(v, dtype=np.float64).astype(numpy_dtype(etype))
                 if np.isinf(converted):
-                    raise LiteralError(f"value {tok} is out of range for literal's primitive type {etype.upper()}", offset)
+                    raise LiteralError(out_of_range, offset)
             else:
                 finfo = ml_dtypes.finfo(numpy_dtype(etype))
                 if abs(v) > float(finfo.max) * 1.0625:
-                    raise LiteralError(f"value {tok} is out of range for literal's primitive type {etype.upper()}", offset)
+                    raise LiteralError(out_of_range, offset)
     elif kind == "complex":
-        if abs(v) > float(np.finfo(np.float32 if etype == "c64" else np.float64).max):
-            raise LiteralError(f"value {tok} is out of range for literal's primitive type {etype.upper()}", offset)
+        if abs(v) > (_F32_MAX if etype == "c64" else _F64_MAX):
+            raise LiteralError(out_of_range, offset)
     return v
 
 
@@ -148,46 +180,57 @@ def _scalar(r: _Reader, etype: str) -> Any:
     return _check_scalar(tok, etype, off)
 
 
-def _array(r: _Reader, shape: Shape) -> np.ndarray:
+def _values(r: _Reader, shape: Shape) -> list | None:
+    """The elements of an array literal in logical order, as ``_scalar`` reads them; None for
+    ``{...}`` (elided: zeros)."""
     dims = shape.dimensions
     etype = shape.element_type
     if not dims:
-        values = [_scalar(r, etype)]
-    elif r.peek() != "{":  # a scalar written for a whole array fills every element
-        values = [_scalar(r, etype)] * shape.element_count()
-    else:
-        values = []
+        return [_scalar(r, etype)]
+    if r.peek() != "{":  # a scalar written for a whole array fills every element
+        return [_scalar(r, etype)] * shape.element_count()
+    values: list = []
 
-        def nested(level: int) -> None:
-            r.take("{")
-            if level == 0 and r.peek() == "...":
-                r.take()
-                r.take("}")
-                raise _Elided()
-            count = 0
-            while r.peek() != "}":
-                if count:
-                    r.take(",")
-                if level + 1 < len(dims):
-                    if r.peek() != "{":
-                        raise LiteralError(f"expects nested array in rank {len(dims)}, but sees {level + 1}",
-                                           r.offset())
-                    nested(level + 1)
-                else:
-                    if r.peek() == "{":
-                        raise LiteralError(f"expects nested array in rank {len(dims)}, but sees larger",
-                                           r.offset())
-                    values.append(_scalar(r, etype))
-                count += 1
-            if count != dims[level]:
-                raise LiteralError(f"expects {dims[level]} elements in the [{level}]th dimension, but sees {count}",
-                                   r.offset())
+    def nested(level: int) -> None:
+        r.take("{")
+        if level == 0 and r.peek() == "...":
+            r.take()
             r.take("}")
+            raise _Elided()
+        count = 0
+        while r.peek() != "}":
+            if count:
+                r.take(",")
+            if level + 1 < len(dims):
+                if r.peek() != "{":
+                    raise LiteralError(f"expects nested array in rank {len(dims)}, but sees {level + 1}",
+                                       r.offset())
+                nested(level + 1)
+            else:
+                if r.peek() == "{":
+                    raise LiteralError(f"expects nested array in rank {len(dims)}, but sees larger",
+                                       r.offset())
+                values.append(_scalar(r, etype))
+            count += 1
+        if count != dims[level]:
+            raise LiteralError(f"expects {dims[level]} elements in the [{level}]th dimension, but sees {count}",
+                               r.offset())
+        r.take("}")
 
-        try:
-            nested(0)
-        except _Elided:
-            return np.zeros(dims, dtype=numpy_dtype(etype)) if has_numpy_dtype(etype) else np.zeros(dims)
+    try:
+        nested(0)
+    except _Elided:
+        return None
+    return values
+
+
+def _array(r: _Reader, shape: Shape) -> np.ndarray:
+    import numpy as np
+    dims = shape.dimensions
+    etype = shape.element_type
+    values = _values(r, shape)
+    if values is None:
+        return np.zeros(dims, dtype=numpy_dtype(etype)) if has_numpy_dtype(etype) else np.zeros(dims)
     if not has_numpy_dtype(etype):
         return np.array(values, dtype=object).reshape(dims)
     dt = numpy_dtype(etype)
@@ -229,3 +272,25 @@ def parse_literal(text: str, shape: Shape) -> Any:
     if r.peek() is not None:
         raise LiteralError(f"unexpected '{r.peek()}' after the literal", r.offset())
     return value
+
+
+def scalar_value(text: str, shape: Shape) -> bool | int | float | None:
+    """The one element of a literal of ``shape`` whose element type is plain (``PLAIN_TYPES``)
+    and which has one element, as the Python number ``parse_literal``'s array holds (a bool
+    for pred, an int, a float: f32 values exactly as f32 rounds them), read without numpy;
+    None for any other shape. Raises ``LiteralError`` as ``parse_literal`` does."""
+    etype = shape.element_type
+    if not shape.is_array or etype not in PLAIN_TYPES or shape.element_count() != 1:
+        return None
+    r = _Reader(text, etype)
+    values = _values(r, shape)
+    if r.peek() is not None:
+        raise LiteralError(f"unexpected '{r.peek()}' after the literal", r.offset())
+    v = values[0] if values is not None else 0
+    if etype == "pred":
+        return bool(v)
+    if etype == "f32":
+        return to_f32(float(v))  # (in range: _check_scalar refused what overflows)
+    if etype == "f64":
+        return float(v)
+    return int(v)

@@ -27,7 +27,7 @@ from .errors import HloParseError, HloVerifyError, LineIndex, location_at
 from .fast_path import FastPath
 from .grammar import build_parser
 from .ir import HloComputation, HloInstruction, HloModule
-from .literal import LiteralError, parse_literal
+from .literal import LiteralError, parse_literal, scalar_value
 from .opcodes import ASYNC_SUGAR_EXCLUDED, OPCODES
 from . import records
 from .records import Body, Comp, Instr, Operand, PositionedError, RawAttr
@@ -371,7 +371,9 @@ class _ModuleBuilder:
         if opcode == "constant":
             self.check_constant_fits(name, shape, call)
             try:
-                inst._literal = parse_literal(call.constant_text or "", shape)
+                # a plain scalar is checked without numpy and its array made when asked for
+                if scalar_value(call.constant_text or "", shape) is None:
+                    inst._literal = parse_literal(call.constant_text or "", shape)
             except LiteralError as e:
                 start = call.pos + self.text[call.pos:].index("(") + 1
                 raise self.error(str(e), start + e.offset) from None

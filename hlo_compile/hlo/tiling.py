@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-import numpy as np
-
 from .layout import COMBINE_DIM, Tile
 
 if TYPE_CHECKING:  # annotations only: ``Shape`` delegates its tiling methods to this module
+    import numpy as np
+
     from .shape import Shape
 
 
@@ -178,6 +178,7 @@ def _untile(before: list[int], idx: list[int], tile: Tile) -> list[int] | None:
 
 def physical_permutation(shape: Shape) -> np.ndarray:
     """For every logical element in row-major order, its physical linear index (int64)."""
+    import numpy as np  # (here: planning never needs numpy, issue 17)
     if shape.rank == 0:
         return np.zeros(1, dtype=np.int64) + linear_index(shape, ())
     grids = np.indices(shape.dimensions, dtype=np.int64).reshape(shape.rank, -1)

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-import numpy as np
-
 from ..hlo import HloComputation, HloInstruction, Shape
 from ..hlo.attributes import Attribute, ConvDimensionNumbers, WindowDim, decode
 from ..hlo.conv_call import TARGET_KINDS, ConvCall, ConvKind, parse_conv_call
@@ -314,6 +312,7 @@ def _int_list(name: str, values: Sequence[int]) -> Attribute:
 
 def _literal(et: str, value: float) -> str:
     """A scalar literal's text that reads back as ``value`` rounded to ``et``."""
+    import numpy as np  # (here: only lowering a convolution call needs it, issue 17)
     v = float(np.float32(value)) if et == "f32" else float(value)
     if np.isnan(v):
         return "nan"

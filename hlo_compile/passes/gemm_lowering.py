@@ -25,9 +25,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-import ml_dtypes
-import numpy as np
-
 from ..hlo import HloComputation, HloInstruction
 from ..hlo.attributes import Attribute, decode
 from ..hlo.dtypes import numpy_dtype
@@ -186,6 +183,7 @@ def _to_output(e: _Emitter, y: HloInstruction, call: GemmCall, inst: HloInstruct
     if call.output_is_f8:
         if call.d_scale is not None:
             y = e.op("multiply", e.inner, [y, e.broadcast(e.scalar_of(inst.operands[call.d_scale]))])
+        import ml_dtypes  # (here: a compile without F8 GEMMs never loads it, issue 17)
         top = float(ml_dtypes.finfo(numpy_dtype(call.output.element_type)).max)
         y = e.op("clamp", e.inner, [e.splat(-top), y, e.splat(top)])
     return e.finish(y, call.output)
@@ -274,6 +272,7 @@ def _literal(value, et: str) -> str:
         return f"({_literal(c.real, 'f64')}, {_literal(c.imag, 'f64')})"
     if is_integral(et):
         return str(int(value))
+    import numpy as np  # (here: only lowering a GEMM call needs it, issue 17)
     v = float(np.float32(value)) if et == "f32" else float(value)
     if math.isnan(v):
         return "nan"
