@@ -3,14 +3,20 @@
 Participants are numbered by their *flattened id*, replica-major: ``replica * P + partition``
 (R replicas, P partitions). ``replica_groups`` is written in one of three spellings (explicit
 ``{{0,1},{2,3}}``, iota ``[2,2]<=[4]`` with an optional ``T(perm)``, mesh
-``mesh['x'=2,'y'=2] {'y'}`` with optional ``device_ids`` and sub-axes ``'x':(pre)size``) and its ids mean replica ids, partition ids or flattened ids
-depending on the op's *group mode* (XLA's ``GetCollectiveOpGroupMode``):
+``mesh['x'=2,'y'=2] {'y'}`` with optional ``device_ids`` and sub-axes ``'x':(pre)size``) and its
+ids mean replica ids, partition ids or flattened ids depending on the op's *group mode* (XLA's
+``GetCollectiveOpGroupMode``):
 
 - all-reduce, all-gather, reduce-scatter: no ``channel_id`` → cross-replica; a channel id and
   ``use_global_device_ids=true`` → flattened ids; a channel id without it →
   cross-replica-and-partition;
 - all-to-all, collective-permute, collective-broadcast, ragged-all-to-all, send, recv: a
   channel id → cross-partition, else cross-replica.
+
+ragged-all-to-all's metadata (``ragged_updates_per_peer``): four integer arrays of one shape
+``[n * k]``, entry ``j * k + u`` for update u to (or from) group rank j (XLA:GPU reads it so:
+``num_updates_per_replica = dimensions(0) / n``); XLA's verifier also admits rank 2, which
+XLA:GPU's runtime still reads by ``dimensions(0)`` alone, so its meaning is not settled: refused.
 
 ``participant_groups`` expands every form into lists of flattened ids (XLA's
 ``GetParticipatingDevices``); what each participant then computes is the interpreter's and the
@@ -258,6 +264,48 @@ def permute_sources(inst: HloInstruction, world: World, frontend: bool = False) 
                 raise _refuse(inst, f"target {t} appears in two source-target pairs")
             out[dst] = src
     return out
+
+
+_INTEGERS = frozenset({"s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"})
+
+
+def ragged_form_refusal(inst: HloInstruction) -> str | None:
+    """Why a ragged-all-to-all's operands are no form we run (XLA's verifier rules, rank-2
+    metadata), else None. Needs no world: checked at compile time."""
+    if len(inst.operands) != 6:
+        return f"it takes 6 operands (input, output, input_offsets, send_sizes, output_offsets, recv_sizes), " \
+               f"got {len(inst.operands)}"
+    data, out, *meta = (o.shape for o in inst.operands)
+    if data.is_tuple or out.is_tuple or not data.dimensions or not out.dimensions:
+        return "its input and output must be arrays of rank 1 or more"
+    if data.element_type != out.element_type or list(data.dimensions[1:]) != list(out.dimensions[1:]):
+        return (f"its input {data.to_text(False)} and output {out.to_text(False)} must hold rows of one shape "
+                "and type")
+    if not inst.shape.compatible(out):
+        return f"its result {inst.shape.to_text(False)} must have the output operand's shape {out.to_text(False)}"
+    m = meta[0]
+    if any(not s.compatible(m) for s in meta):
+        return "its four offset/size operands must have one shape and type"
+    if m.is_tuple or m.element_type not in _INTEGERS:
+        return f"its offsets and sizes must be integers, not {m.to_text(False)}"
+    if len(m.dimensions) == 2:
+        return (f"rank-2 offsets and sizes ({m.to_text(False)}) are not supported: XLA:GPU reads their "
+                "dimension 0 alone as the number of updates")
+    if len(m.dimensions) != 1:
+        return f"its offsets and sizes must have rank 1, not {m.to_text(False)}"
+    return None
+
+
+def ragged_updates_per_peer(inst: HloInstruction, group_size: int) -> int:
+    """k, the updates each participant sends each member of its group of ``group_size``
+    (metadata ``[group_size * k]``); refuses a form we do not run."""
+    why = ragged_form_refusal(inst)
+    if why is None and inst.operands[2].shape.dimensions[0] % group_size:
+        why = (f"its {inst.operands[2].shape.dimensions[0]} offsets are no whole number per member of its "
+               f"group of {group_size}")
+    if why is not None:
+        raise _refuse(inst, why)
+    return inst.operands[2].shape.dimensions[0] // group_size
 
 
 def _frontend_pairs(inst: HloInstruction) -> str:

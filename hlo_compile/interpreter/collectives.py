@@ -11,6 +11,12 @@ in the group):
   concatenates what it receives in rank order; tuple form sends operand j to rank j;
 - collective-permute: the value of my source, zeros where I am no target;
 - collective-broadcast: the value of my group's rank 0;
+- ragged-all-to-all: my ``output`` operand, over which each member i of my group writes its
+  updates for me, in rank order: update u of i (metadata entry ``my_rank * k + u`` of i's
+  ``input_offsets``/``send_sizes``/``output_offsets``) is the rows ``input_i[off : off + size]``
+  at my row ``output_offsets`` (the receiver's coordinates, given by the sender). My
+  ``recv_sizes[i * k + u]`` must equal that size. XLA leaves a mismatch and rows beyond either
+  buffer undefined (its kernels copy without checks): refused at run time with the values;
 - partition-id / replica-id: from the participant (u32[]).
 
 The native async forms (``all-reduce-start``, ``all-gather-start``, ``collective-permute-start``)
@@ -21,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hlo.collective_groups import (group_of, has_send_recv_pairs, participant_groups, permute_sources,
-                                     World)
+                                     ragged_updates_per_peer, World)
 from ..hlo.errors import HloUnsupportedError
 from .numerics import dtype_of
 from .registry import TOKEN, op
@@ -116,16 +122,40 @@ def _collective_broadcast(ev, inst, ops):
     return [np.asarray(x) for x in everyone[group[0]]]
 
 
+def _ragged_all_to_all(ev, inst, ops):
+    everyone, group = _exchange(ev, inst, [np.asarray(x) for x in ops])
+    p = _participant(ev)
+    rank, n = group.index(p.me), len(group)
+    k = ragged_updates_per_peer(inst, n)
+    out = np.array(ops[1], copy=True)
+    recv_sizes = np.asarray(ops[5]).astype(np.int64)
+    for i, sender in enumerate(group):
+        data, _, in_offsets, send_sizes, out_offsets, _ = everyone[sender]
+        for u in range(k):
+            e = rank * k + u
+            start, size, at = int(in_offsets[e]), int(send_sizes[e]), int(out_offsets[e])
+            expect = int(recv_sizes[i * k + u])
+            what = f"update {u} from group rank {i} to rank {rank}"
+            if size != expect:
+                raise HloUnsupportedError(f"{_where(inst)}: {what}: send_sizes gives {size} rows but recv_sizes "
+                                          f"{expect}", inst.location)
+            if size < 0 or (size and not (0 <= start and start + size <= data.shape[0]
+                                          and 0 <= at and at + size <= out.shape[0])):
+                raise HloUnsupportedError(
+                    f"{_where(inst)}: {what}: rows [{start}, {start + size}) of an input of {data.shape[0]} to rows "
+                    f"[{at}, {at + size}) of an output of {out.shape[0]} are out of range", inst.location)
+            out[at:at + size] = data[start:start + size]
+    return [out]
+
+
 COLLECTIVES = {"all-reduce": _all_reduce, "all-gather": _all_gather, "reduce-scatter": _reduce_scatter,
                "all-to-all": _all_to_all, "collective-permute": _collective_permute,
-               "collective-broadcast": _collective_broadcast}
+               "collective-broadcast": _collective_broadcast, "ragged-all-to-all": _ragged_all_to_all}
 
 
 def collective_result(ev, inst, ops, opcode: str):
     """The value of collective ``opcode`` for ``inst`` (also used for its async forms): one
     array, or a tuple for several operands."""
-    if opcode == "ragged-all-to-all":
-        raise HloUnsupportedError(f"{_where(inst)}: ragged-all-to-all is not supported", inst.location)
     out = COLLECTIVES[opcode](ev, inst, ops)
     shape = inst.shape
     if inst.opcode != opcode and shape.is_tuple:  # a start: (operands, result, ...)

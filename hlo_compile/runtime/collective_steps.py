@@ -8,6 +8,8 @@ own, as XLA's backends implement them: an all-reduce's ``to_apply`` must be add,
 minimum, maximum (and/or for pred) of its two parameters (``MatchReductionComputation``),
 folded over ranks 0..n-1 in order; anything else is refused by name.
 
+ragged-all-to-all: ``ragged_all_to_all.py`` (its rows checked on every member before any move).
+
 The native async forms run the collective at the start and hold XLA's start shape:
 ``all-reduce-start`` the result, ``all-gather-start`` ``(input, output)``,
 ``collective-permute-start`` ``(input, output, u32[], u32[])``; ``-done`` reads element 1.
@@ -20,11 +22,13 @@ from typing import Any, Callable
 import numpy as np
 
 from ..hlo import HloInstruction
-from ..hlo.collective_groups import base_opcode, group_of, participant_groups, permute_sources
+from ..hlo.collective_groups import (base_opcode, group_of, participant_groups, permute_sources,
+                                     ragged_updates_per_peer)
 from ..hlo.dtypes import numpy_dtype
 from ..hlo.errors import HloUnsupportedError
 from .participants import participant_of
 from .platform import Platform
+from .ragged_all_to_all import metadata_rows, ragged_result, ragged_transfers
 from .runnable import collective_refusal, reduction_kind, where
 from .steps import Frame, Step
 from .values import download_value, upload_value
@@ -50,7 +54,7 @@ def _upload(platform: Platform, frame: Frame, value: Any, shape) -> Any:
 
 class Collective(Step):
     """all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute,
-    collective-broadcast and their native ``-start`` forms."""
+    collective-broadcast, ragged-all-to-all and the native ``-start`` forms."""
 
     def __init__(self, inst: HloInstruction, opcode: str):
         super().__init__(inst)
@@ -85,6 +89,11 @@ class Collective(Step):
                 d = inst.dimensions[0]
                 return [np.concatenate([np.split(everyone[j][0], n, axis=d)[rank] for j in group], axis=d)]
             return [everyone[j][rank] for j in group]
+        if op == "ragged-all-to-all":
+            k = ragged_updates_per_peer(inst, n)
+            moves = ragged_transfers(inst, [metadata_rows(everyone[j][2:]) for j in group], k,
+                                     everyone[me][0].shape[0], everyone[me][1].shape[0])
+            return [ragged_result(everyone[me][1], [everyone[j][0] for j in group], moves, rank)]
         raise HloUnsupportedError(f"{where(inst)}: no collective step", inst.location)
 
     def run(self, platform: Platform, frame: Frame) -> None:
@@ -115,8 +124,8 @@ class Collective(Step):
 
     def _check_group_sizes(self, me) -> None:
         """What ``results`` checks on the host, checked before NCCL moves anything: the result
-        shapes the group size gives."""
-        if self.opcode == "collective-permute":
+        shapes the group size gives (ragged-all-to-all checks its own, ``nccl_comm``)."""
+        if self.opcode in ("collective-permute", "ragged-all-to-all"):
             return
         n = len(group_of(participant_groups(self.inst, me.world), me.me))
         d = self.inst.dimensions[0] if self.inst.dimensions else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..hlo import HloComputation, HloInstruction
+from ..hlo.collective_groups import ragged_form_refusal
 from ..hlo.errors import HloUnsupportedError
 from ..hlo.library_targets import library_family
 
@@ -87,7 +88,7 @@ def collective_refusal(inst: HloInstruction) -> str | None:
     if base == "collective-broadcast" and inst.attr("has_dynamic_root", False):
         return "dynamic roots are not supported"
     if op == "ragged-all-to-all":
-        return "ragged-all-to-all is not supported"
+        return ragged_form_refusal(inst)
     return None
 
 
