@@ -3,9 +3,11 @@ and the numpy-free paths it takes instead giving exactly numpy's values.
 
 - A cold ``hlo-compile --emit=ptx`` (no cache) of a module whose constants are plain scalars
   loads neither numpy nor ml_dtypes, the host JIT, the interpreter, the runtime's steps,
-  ``importlib.metadata``, multiprocessing nor the process pool (checked in a fresh process).
+  ``importlib.metadata``, cuda-pathfinder (libdevice in a wheel), multiprocessing, the process
+  pool nor the emitters it does not use (checked in a fresh process).
 - ``literal.scalar_value`` (no numpy) is the value ``parse_literal``'s array holds, and
   ``emit_constant_scalar`` of it is the constant emitted from the numpy scalar.
+- libdevice in NVIDIA's wheels is found where cuda-pathfinder finds it, without importing it.
 - ``hlo_compile.__version__`` is pyproject's version (the cache keys and ``--version`` read
   the constant instead of ``importlib.metadata``).
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import site
 import struct
 import subprocess
 import sys
@@ -24,9 +27,12 @@ import pytest
 
 import hlo_compile
 from hlo_compile.codegen.elemental_ops import emit_constant_scalar
+from hlo_compile.codegen.emitter_kind import EmitterKind
+from hlo_compile.codegen.emitters import EMITTERS
 from hlo_compile.hlo import Shape, parse_module
 from hlo_compile.hlo.errors import HloParseError
 from hlo_compile.hlo.literal import PLAIN_TYPES, LiteralError, parse_literal, scalar_value, to_f32
+from hlo_compile.targets.nvptx import toolkit
 from hlo_compile.targets.nvptx.toolkit import ToolkitNotFound, find_libdevice
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,7 +72,9 @@ ENTRY %main (x: f32[64,32], i: s32[64,32]) -> f32[64,32] {
 # Modules a cold PTX compile of such a module must not import.
 NOT_LOADED = ("numpy", "ml_dtypes", "importlib.metadata", "multiprocessing", "concurrent.futures.process",
               "hlo_compile.targets.host.target", "hlo_compile.targets.host.kernel", "hlo_compile.targets.host.jit",
-              "hlo_compile.interpreter", "hlo_compile.runtime.executable", "hlo_compile.runtime.steps")
+              "hlo_compile.interpreter", "hlo_compile.runtime.executable", "hlo_compile.runtime.steps",
+              *(f"hlo_compile.codegen.emitters.{e}" for e in ("transpose", "reduction", "concatenate", "in_place_dus",
+                                                              "scatter", "sort", "gemm")))
 
 _PROBE = """
 import json, runpy, sys
@@ -101,7 +109,7 @@ def test_cold_ptx_compile_of_plain_scalar_constants_loads_no_numpy(tmp_path: Pat
     code, modules = _cold_compile_modules([str(src), "--emit=ptx", "--no-cache", "-q", "-o", str(out)])
     assert code in (0, None) and ".entry" in out.read_text()
     assert "llvmlite.binding" in modules and "hlo_compile.hlo.parser" in modules  # (the probe saw the compile)
-    assert [m for m in NOT_LOADED if _loaded(modules, m)] == []
+    assert [m for m in NOT_LOADED if _loaded(modules, m)] == [] and not _loaded(modules, "cuda.pathfinder")
 
 
 def test_cold_gelu_ptx_compile_loads_no_numpy(tmp_path: Path) -> None:
@@ -113,6 +121,8 @@ def test_cold_gelu_ptx_compile_loads_no_numpy(tmp_path: Path) -> None:
     code, modules = _cold_compile_modules([str(GELU), "--emit=ptx", "--no-cache", "-q", "-o", str(out)])
     assert code in (0, None) and ".entry" in out.read_text()
     assert [m for m in NOT_LOADED if _loaded(modules, m)] == []
+    if toolkit.pathfinder_wheel_libdevice() is not None:  # (else cuda-pathfinder searches Conda, CUDA_HOME...)
+        assert not _loaded(modules, "cuda.pathfinder")
 
 
 def test_array_constants_still_load_numpy(tmp_path: Path) -> None:
@@ -124,6 +134,15 @@ def test_array_constants_still_load_numpy(tmp_path: Path) -> None:
                                       "  %scale_b = f32[64,32]{1,0} broadcast(f32[32]{0} %scale), dimensions={1}"))
     code, modules = _cold_compile_modules([str(src), "--emit=llvm", "--no-cache", "-q", "-o", str(tmp_path / "o.ll")])
     assert code in (0, None) and "numpy" in modules
+
+
+@pytest.mark.parametrize("kind", list(EMITTERS), ids=str)
+def test_every_deferred_emitter_names_a_function_of_its_module(kind: EmitterKind) -> None:
+    """An emitter's module loads at its first call; a misspelt name would only fail then."""
+    emitter = EMITTERS[kind]
+    for fn in (emitter.plan, emitter.emit):
+        with pytest.raises(TypeError):  # (the function, called without its arguments; not AttributeError)
+            fn()
 
 
 # ---- numpy-free values equal numpy's ------------------------------------------------------------
@@ -214,3 +233,38 @@ def test_version_constant_is_pyprojects() -> None:
     text = (REPO / "pyproject.toml").read_text()
     declared = re.search(r'^version\s*=\s*"([^"]+)"', text, re.M).group(1)
     assert hlo_compile.__version__ == declared
+
+
+# ---- libdevice found without importing cuda-pathfinder -------------------------------------------
+
+def test_wheel_libdevice_is_what_cuda_pathfinder_finds() -> None:
+    pathfinder = pytest.importorskip("cuda.pathfinder")
+    got = toolkit.pathfinder_wheel_libdevice()
+    if got is None:
+        pytest.skip("no NVIDIA wheel with libdevice in site-packages")
+    assert got == Path(pathfinder.find_bitcode_lib("device"))
+
+
+def test_wheel_libdevice_follows_cuda_pathfinders_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cu13 before cuda_nvcc whatever their site-packages, then the site-packages' order."""
+    pytest.importorskip("cuda.pathfinder")
+    first, second = tmp_path / "site-a", tmp_path / "site-b"
+    for root, layout in ((first, "cuda_nvcc"), (second, "cu13"), (first, "cu13")):
+        folder = root / "nvidia" / layout / "nvvm" / "libdevice"
+        folder.mkdir(parents=True, exist_ok=True)
+    (first / "nvidia/cuda_nvcc/nvvm/libdevice/libdevice.10.bc").write_bytes(b"BC")
+    (second / "nvidia/cu13/nvvm/libdevice/libdevice.10.bc").write_bytes(b"BC")
+    monkeypatch.setattr(site, "getsitepackages", lambda: [str(first), str(second)])
+    monkeypatch.setattr(site, "ENABLE_USER_SITE", False)
+    for var in ("CONDA_PREFIX", "CUDA_PATH", "CUDA_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    got = toolkit.pathfinder_wheel_libdevice()
+    assert got == (second / "nvidia/cu13/nvvm/libdevice/libdevice.10.bc").resolve()
+    try:  # cuda-pathfinder's own search (uncached), where this version has it
+        from cuda.pathfinder._static_libs.find_bitcode_lib import locate_bitcode_lib
+    except ImportError:
+        return
+    assert got == Path(locate_bitcode_lib("device").abs_path)
+    (second / "nvidia/cu13/nvvm/libdevice/libdevice.10.bc").unlink()
+    assert toolkit.pathfinder_wheel_libdevice() == Path(locate_bitcode_lib("device").abs_path) == \
+        (first / "nvidia/cuda_nvcc/nvvm/libdevice/libdevice.10.bc").resolve()

@@ -79,6 +79,10 @@ def _fallback_roots() -> list[tuple[str, Path]]:
 def pathfinder_lookup(kind: str) -> tuple[Path | None, str]:
     """(path, note) from NVIDIA's cuda-pathfinder for ``"libdevice"`` or ``"ptxas"``; the note
     says why there is no path (not installed, too old, nothing found). A seam for tests."""
+    if kind == "libdevice":
+        found = pathfinder_wheel_libdevice()
+        if found is not None:
+            return found, ""
     try:
         import cuda.pathfinder as pathfinder
     except ImportError:
@@ -93,6 +97,38 @@ def pathfinder_lookup(kind: str) -> tuple[Path | None, str]:
     if not found:
         return None, "cuda-pathfinder found nothing"
     return Path(found), ""
+
+
+# The folders, under each site-packages directory, where cuda-pathfinder's
+# ``find_bitcode_lib("device")`` looks first (its ``site_packages_dirs``, in its order).
+PATHFINDER_LIBDEVICE_DIRS = (("nvidia", "cu13", "nvvm", "libdevice"), ("nvidia", "cuda_nvcc", "nvvm", "libdevice"))
+
+
+def pathfinder_wheel_libdevice() -> Path | None:
+    """What cuda-pathfinder's first step finds for libdevice (NVIDIA's wheels in the
+    site-packages directories, its order of folders and directories, the path resolved), without
+    importing it: importing cuda-pathfinder costs ~25 ms of every start-up, warm ones
+    included (issue 17). None where no wheel has it (or cuda-pathfinder is not installed):
+    cuda-pathfinder then searches itself (Conda, ``$CUDA_PATH``...). ``tests/test_start_up.py``
+    checks the two agree."""
+    try:
+        if importlib.util.find_spec("cuda.pathfinder") is None:
+            return None
+    except (ImportError, ValueError):
+        return None
+    import site
+    import sys
+    parents = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE:
+        user = site.getusersitepackages()
+        if user:  # after a virtual environment's own site-packages, else first (as cuda-pathfinder)
+            parents.insert(1 if sys.prefix != sys.base_prefix else 0, user)
+    for folder in PATHFINDER_LIBDEVICE_DIRS:
+        for parent in parents:
+            candidate = Path(parent, *folder, _LIBDEVICE.name)
+            if candidate.is_file():
+                return candidate.resolve()
+    return None
 
 
 def _is_executable(p: Path) -> bool:
