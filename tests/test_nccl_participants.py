@@ -667,3 +667,82 @@ def test_spawned_processes_read_the_kernels_the_launcher_compiled(tmp_path, monk
     monkeypatch.setenv("HLO_COMPILE_CACHE_DIR", str(cold))  # without the launcher's compile: nothing to read
     assert spmd_run.run_spawned(World(1, 1), "uid", lambda k: (text, options, [], k), target=_compile_in_child,
                                 timeout=300) == [([], True)]
+
+
+# ---- ragged-all-to-all: metadata gathered, rows by grouped send/recv ----------------------------------------
+
+RAGGED = """HloModule ragged_nccl, num_partitions=4
+
+ENTRY main {
+  input = f32[25,3]{1,0} parameter(0)
+  output = f32[27,3]{1,0} parameter(1)
+  io = s64[8]{0} parameter(2)
+  ss = s64[8]{0} parameter(3)
+  oo = s64[8]{0} parameter(4)
+  rs = s64[8]{0} parameter(5)
+  input2 = f32[25,3]{1,0} parameter(6)
+  output2 = f32[27,3]{1,0} parameter(7)
+  io2 = s32[4]{0} parameter(8)
+  ss2 = s32[4]{0} parameter(9)
+  oo2 = s32[4]{0} parameter(10)
+  rs2 = s32[4]{0} parameter(11)
+  it = f32[25,3]{0,1} copy(input)
+  ot = f32[27,3]{0,1} copy(output)
+  direct = f32[27,3]{1,0} ragged-all-to-all(input, output, io, ss, oo, rs), channel_id=1, replica_groups={{0,1,2,3}}
+  staged = f32[27,3]{0,1} ragged-all-to-all(it, ot, io, ss, oo, rs), channel_id=2, replica_groups={{0,1,2,3}}
+  pairs = f32[27,3]{1,0} ragged-all-to-all(input2, output2, io2, ss2, oo2, rs2), channel_id=3,
+    replica_groups={{0,1},{2,3}}
+  start = ((f32[25,3]{1,0}, f32[27,3]{1,0}, s64[8]{0}, s64[8]{0}, s64[8]{0}, s64[8]{0}), f32[27,3]{1,0}, s32[])
+    ragged-all-to-all-start(input, output2, io, ss, oo, rs), channel_id=4, replica_groups={{0,1,2,3}}
+  done = f32[27,3]{1,0} ragged-all-to-all-done(start)
+  ROOT o = tuple(direct, staged, pairs, done)
+}
+"""
+
+
+def _ragged_args(seed: int) -> list:
+    from test_ragged_all_to_all import random_case
+    four = random_case([[0, 1, 2, 3]], 2, 25, 27, (3,), seed)
+    pairs = random_case([[0, 1], [2, 3]], 2, 25, 27, (3,), seed + 1, meta_dtype=np.int32)
+    return [four[k] + pairs[k] for k in range(4)]
+
+
+def test_ragged_all_to_all_through_nccl_equals_the_interpreter_and_the_model():
+    from test_ragged_all_to_all import model
+    module = parse_module(RAGGED)
+    args = _ragged_args(7)
+    got = _compare(module, args, 4)
+    want = model([[0, 1, 2, 3]], [a[:6] for a in args], 2)
+    for k in range(4):
+        np.testing.assert_array_equal(got[k][0], want[k])
+        np.testing.assert_array_equal(got[k][1], want[k])
+    for comm in COMMS:
+        assert dict(comm.paths) == {"direct": "direct", "staged": "staged", "pairs": "direct",
+                                    "wrapped_start": "direct"}
+    # each participant gathers its metadata once per op: int64[4, 8] (256 bytes), int64[4, 4] in pairs
+    gathers = [e for e in FakeComm.log if len(e) > 2 and e[1] == 0 and e[2] == "allgather"]
+    assert [g[4:] for g in gathers] == [((256, "|u1"), (1024, "|u1"))] * 2 + [((128, "|u1"), (256, "|u1"))] \
+        + [((256, "|u1"), (1024, "|u1"))]
+    assert gathers[2][0].startswith("split")  # the pairs' sub-communicator
+    # participant 1's sends of the direct op: each non-empty update, 12 bytes a row, in (peer, update) order
+    io, ss = args[1][2], args[1][3]
+    sends = [e for e in FakeComm.log if len(e) > 2 and e[1] == 1 and e[2] == "send" and e[0] == "world"]
+    expect = [((int(ss[e]) * 12, "|u1"), e // 2) for e in range(8) if ss[e]]
+    assert [(s[4], s[5]) for s in sends[:len(expect)]] == expect
+    assert io.dtype == np.int64
+
+
+def test_ragged_rows_out_of_range_stop_every_participant_before_any_row_moves():
+    module = parse_module(RAGGED)
+    args = _ragged_args(8)
+    args[3][3] = args[3][3].copy()
+    args[3][3][0] = max(int(args[3][3][0]), 1)
+    args[0][5] = args[0][5].copy()
+    args[0][5][3 * 2] = args[3][3][0]
+    args[3][2] = args[3][2].copy()
+    args[3][2][0] = 25  # participant 3's first update for rank 0 starts past its 25 input rows
+    with pytest.raises(HloUnsupportedError, match=r"ragged-all-to-all '%direct' \(line 18\): update 0 from group "
+                                                  r"rank 3 to rank 0: rows \[25, 2\d\) of an input of 25"):
+        run_through_fake_nccl(module, world_of(module), args)
+    assert not [e for e in FakeComm.log if len(e) > 2 and e[2] in ("send", "recv")]
+    assert len([e for e in FakeComm.log if len(e) > 2 and e[2] == "allgather"]) == 4  # every one gathered

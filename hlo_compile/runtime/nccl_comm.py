@@ -35,6 +35,16 @@ What runs how (XLA's semantics, as ``collective_steps.Collective.results`` on th
   ``group()`` (in channel order, so the sender's and receiver's calls pair) at the next
   send-done/recv-done or collective. Every participant runs the same program, so they group
   the same instructions, and a ring (everyone sends and receives) cannot wait on itself;
+- ragged-all-to-all (``_ragged_all_to_all``): its offsets and sizes are device data, so they
+  are read to the host first (the stream waits, as XLA:GPU's NCCL path does: it copies them to
+  the host and blocks; its one-shot kernel reads them on the device instead), every member's
+  gathered (one ``allgather`` of ``int64[4, n * k]``) and every transfer of the group checked
+  alike (``ragged_all_to_all.ragged_transfers``: a refusal stops every member before any row
+  moves); then the result starts as a copy of the output operand and each update is one
+  ``send`` of the sender's rows and one ``recv`` into the receiver's rows at its offset, all in
+  one ``group()`` (per pair in update order, so they pair). Rows are contiguous bytes when
+  dimension 0 is the major one of the input's, output's and result's one plain layout; else
+  the rows go through row-major scratch buffers (staged);
 - replica groups other than "everyone" run on a sub-communicator (``split``: color = the group's
   index, key = the rank in it), made once per distinct set of groups;
 - refused by name: sub-byte elements, reductions of types NCCL has no datatype for (s16, u16,
@@ -55,12 +65,13 @@ import ml_dtypes
 import numpy as np
 
 from ..hlo import HloInstruction, HloModule
-from ..hlo.collective_groups import World, group_of, participant_groups, permute_sources
+from ..hlo.collective_groups import World, group_of, participant_groups, permute_sources, ragged_updates_per_peer
 from ..hlo.dtypes import numpy_dtype
 from ..hlo.errors import HloUnsupportedError
 from ..hlo.shape import Shape
 from .participants import Communicator
 from .physical import buffer_bytes, storage_dtype
+from .ragged_all_to_all import metadata_rows, ragged_transfers
 from .runnable import reduction_kind, where
 from .values import Buffer, download_value, upload_value
 
@@ -267,6 +278,8 @@ class NcclCommunicator(Communicator):
                 self._op(inst, s.element_type)  # refused before anything moves
         self.flush(platform)
         stream = stream_of(platform)
+        if opcode == "ragged-all-to-all":
+            return self._ragged_all_to_all(inst, platform, operands, shapes[0], stream)
         if all(same_order(op.shape, s) for op, s in zip(operands, shapes)) \
                 and (opcode != "all-to-all" or len({op.shape.minor_to_major for op in operands}) == 1):
             return self._direct(inst, opcode, platform, operands, shapes, stream)
@@ -425,6 +438,47 @@ class NcclCommunicator(Communicator):
         self.paths.append((inst.name, "direct"))
         return outs
 
+    # ---- ragged-all-to-all: metadata to the host, rows by send/recv -----------------------------------
+    def _ragged_all_to_all(self, inst, platform, operands, shape: Shape, stream: int) -> list[Any]:
+        comm, group = self.sub(participant_groups(inst, self.world))
+        n, me = len(group), group.index(self.rank)
+        k = ragged_updates_per_peer(inst, n)
+        data, out = operands[0], operands[1]
+        mine = metadata_rows([np.asarray(download_value(platform, v)) for v in operands[2:]])
+        temps: list[Any] = []
+        try:
+            src, dst = self._put(platform, mine), self._put(platform, np.zeros((n,) + mine.shape, np.int64))
+            temps += [src, dst]
+            comm.allgather(self._bytes(src, mine), DeviceArray(pointer(dst), n * mine.nbytes, BYTES), stream=stream)
+            everyone = self._get(platform, dst, mine, (n,) + mine.shape)
+            moves = ragged_transfers(inst, list(everyone), k, data.shape.dimensions[0], out.shape.dimensions[0])
+            direct = all(same_order(s, shape) and _rows_major(s) for s in (data.shape, out.shape))
+            if direct:
+                result = Buffer(shape, platform.allocate(shape))
+                platform.copy(result.data, out.data, out.shape)
+                send_ptr, recv_ptr = pointer(data.data), pointer(result.data)
+                row = buffer_bytes(shape) // max(shape.dimensions[0], 1)
+            else:  # row-major scratch: the logical arrays' bytes
+                x, y = (np.asarray(download_value(platform, v)) for v in (data, out))
+                staged_in, staged_out = self._put(platform, x), self._put(platform, y)
+                temps += [staged_in, staged_out]
+                send_ptr, recv_ptr = pointer(staged_in), pointer(staged_out)
+                row = y.nbytes // max(y.shape[0], 1)
+            with self.nccl.group():
+                for t in moves:
+                    if t.sender == me:
+                        comm.send(DeviceArray(send_ptr + t.src * row, t.rows * row, BYTES), t.receiver, stream=stream)
+                    if t.receiver == me:
+                        comm.recv(DeviceArray(recv_ptr + t.dst * row, t.rows * row, BYTES), t.sender, stream=stream)
+            if not direct:
+                result = upload_value(platform, self._get(platform, staged_out, y, y.shape), shape)
+        finally:
+            platform.synchronize()
+            for t in temps:
+                platform.free(t)
+        self.paths.append((inst.name, "direct" if direct else "staged"))
+        return [result]
+
     # ---- staged: logical row-major bytes through NCCL, arranged on the host -------------------------
     def _put(self, platform: Any, x: np.ndarray) -> Any:
         return platform.upload(np.ascontiguousarray(x).reshape(-1).view(np.uint8))
@@ -553,6 +607,13 @@ _NP_TO_HLO = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32", np.dtype
 def _type_name(x: np.ndarray) -> str:
     return _NP_TO_HLO.get(x.dtype, str(x.dtype))
 
+
+
+def _rows_major(shape: Shape) -> bool:
+    """Whether dimension 0's rows are contiguous in a plain buffer of ``shape`` (every more
+    major dimension of its layout has size 1)."""
+    major_to_minor = list(reversed(shape.minor_to_major))
+    return all(shape.dimensions[d] == 1 for d in major_to_minor[:major_to_minor.index(0)])
 
 
 def _channel(inst: HloInstruction) -> int:
