@@ -23,6 +23,7 @@ from hlo_compile.hlo.rewrite import (NameScope, Target, add_computation, add_com
 
 from .fusion import fuse_instructions
 from .fusion_builder import build_fusion, fusion_attributes
+from .scatter_layouts import align_scatter_operand_layouts
 
 # Opcodes that never get a kernel of their own.
 _NO_KERNEL = frozenset({
@@ -67,8 +68,8 @@ def wrap_lone_instructions(target: Target) -> Target:
 
 def fuse_and_wrap(target: Target, fusion: bool = True) -> Target:
     """``target``'s lone instructions grouped into fusions (skipped with ``fusion=False``),
-    then the rest wrapped one per fusion."""
-    return wrap_lone_instructions(fuse_instructions(target) if fusion else target)
+    scatter operands given their outputs' layouts, then the rest wrapped one per fusion."""
+    return wrap_lone_instructions(align_scatter_operand_layouts(fuse_instructions(target) if fusion else target))
 
 
 def wrap_entry_as_fusion(module: HloModule, kind: str = "kLoop") -> HloModule:
