@@ -186,3 +186,55 @@ def test_gelu_cli_with_cuda_graph(gpu):
     assert "CUDA graph: one graph of 1 kernel launch(es)" in result.output
     assert "with plain launches" in result.output
     print(result.output)
+
+
+# ---- NCCL with one participant ------------------------------------------------------------------
+NCCL_ONE = """HloModule nccl_one, replica_count=1
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+add.bf16 {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT s = bf16[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[64,32]{1,0} parameter(0)
+  y = bf16[128]{0} parameter(1)
+  ar = f32[64,32]{1,0} all-reduce(x), replica_groups={{0}}, to_apply=add
+  arb = bf16[128]{0} all-reduce(y), replica_groups={}, to_apply=add.bf16
+  ag = f32[64,32]{1,0} all-gather(x), replica_groups={{0}}, dimensions={1}
+  rs = f32[64,32]{1,0} reduce-scatter(x), replica_groups={{0}}, dimensions={0}, to_apply=add
+  cp = f32[64,32]{1,0} collective-permute(x), source_target_pairs={{0,0}}
+  a2a = f32[64,32]{1,0} all-to-all(x), replica_groups={{0}}, dimensions={0}
+  st = f32[64,32]{1,0} all-reduce-start(ar), replica_groups={{0}}, to_apply=add
+  dn = f32[64,32]{1,0} all-reduce-done(st)
+  id = u32[] replica-id()
+  ROOT t = (f32[64,32]{1,0}, bf16[128]{0}, f32[64,32]{1,0}, f32[64,32]{1,0}, f32[64,32]{1,0}, f32[64,32]{1,0},
+            f32[64,32]{1,0}, u32[]) tuple(ar, arb, ag, rs, cp, a2a, dn, id)
+}
+"""
+
+
+def test_collectives_through_nccl_with_one_participant(gpu):
+    """Issue 16's GPU check: every collective of a module run through the NCCL path (nccl4py,
+    a communicator of one) on the GPU, against the interpreter."""
+    from hlo_compile.hlo.collective_groups import World
+    from hlo_compile.hlo.errors import HloUnsupportedError
+    from hlo_compile.runtime.nccl_comm import load_nccl
+    from hlo_compile.runtime.spmd_run import run_gpu_participant
+    try:
+        nccl = load_nccl()
+    except HloUnsupportedError as e:
+        pytest.skip(str(e))
+    module = parse_module(NCCL_ONE)
+    args = literals.random_inputs(module, 3)
+    got = literals.flatten(run_gpu_participant(NCCL_ONE, None, World(1, 1), 0, nccl.get_unique_id(), args, 0))
+    expected = literals.flatten(evaluate_module(module, args))
+    cmp = compare.compare_results(expected, got, tolerances=[(None, None)] * len(expected))
+    assert cmp.ok, cmp.report()
