@@ -287,3 +287,26 @@ def test_hlo_run_on_four_partitions(tmp_path):
     assert res.returncode == 2, res.stderr
     assert "ragged-all-to-all '%ra2a' (line 10): update 0 from group rank 0 to rank 0" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
+
+
+# ---- XLA's own modules (its parser tests): 8 replicas, bf16[1024,256] --------------------------------------
+
+@pytest.mark.parametrize("name, groups", [
+    ("RaggedAllToAll", [list(range(8))]),                                     # replica_groups={}
+    ("RaggedAllToAllWithReplicaGroups", [list(range(8))]),
+    ("RaggedAllToAllWithCollectiveDeviceList", [[0, 2, 4, 6], [1, 3, 5, 7]]),  # [2,4]<=[4,2]T(1,0)
+])
+def test_xla_parser_modules_equal_the_model(corpus, name, groups):
+    import ml_dtypes
+    path = corpus / "xla" / "parser_tests" / f"roundtrip_short__{name}.hlo"
+    if not path.is_file():
+        pytest.skip(f"{path.name} is not in this corpus")
+    module = parse_module(path.read_text())
+    k = 8 // len(groups[0])
+    args = random_case(groups, k, 1024, 1024, (256,), seed=9, meta_dtype=np.int32, dtype=ml_dtypes.bfloat16)
+    want = model(groups, args, k)
+    for platform in PLATFORMS:
+        got = run(module, args, platform)
+        for p in range(8):
+            assert got[p].dtype == want[p].dtype
+            np.testing.assert_array_equal(got[p].view(np.uint16), want[p].view(np.uint16), err_msg=f"{platform} {p}")
