@@ -145,8 +145,6 @@ def _hlo(options: CompileOptions, source: HloModule) -> StageOutput:
 
 def _fusions(options: CompileOptions, module: HloModule) -> StageOutput:
     from .codegen.launch_limits import check_plan as check_launch_limits
-    from .codegen.perf_model import cost_device, estimate_module
-    from .codegen.report import fusion_report_text
     from .runtime.runnable import check_runnable
     from .targets import reserved_kernel_symbols
     # kernels keep their names on every target: none may take a symbol some target links
@@ -154,7 +152,9 @@ def _fusions(options: CompileOptions, module: HloModule) -> StageOutput:
     check_runnable(plan.computations or [plan.module.entry], options.generated_call_families())
     check_launch_limits(plan)  # block, grid, static shared memory: before any code is made
 
-    def report() -> str:  # the cost model and the report: only when printed or dumped
+    def report() -> str:  # the cost model and the report: only when printed or dumped (and imported then)
+        from .codegen.perf_model import cost_device, estimate_module
+        from .codegen.report import fusion_report_text
         cost = estimate_module(plan, cost_device(options.device, plan.device), tensor_cores=options.dot_tensor_cores)
         return fusion_report_text(plan, cost)
     return StageOutput(plan, LazyText(report))
