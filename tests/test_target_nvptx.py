@@ -529,3 +529,40 @@ def test_non_executable_ptxas_is_skipped(no_toolkit: Path, tmp_path: Path, monke
     (kit / "bin" / "ptxas").chmod(0o644)
     monkeypatch.setenv("CUDA_HOME", str(kit))
     assert find_ptxas() is None
+
+
+@pytest.mark.parametrize("block, bounded", [((1024, 1, 1), True), ((32, 16, 1), True), ((256, 1, 1), False),
+                                            (None, False)])
+def test_blocks_over_256_threads_bound_the_registers(block, bounded: bool, tmp_path: Path) -> None:
+    """A kernel launched with more than 256 threads per block carries ``.maxntid`` of its block,
+    so ptxas keeps its registers within 65536 / threads (a 1024-thread ResNet-50 reduction got 78
+    registers without it: not launchable); smaller blocks fit with any count and stay unbounded."""
+    target = NvptxTarget("sm_80")
+    m = target.new_module("k")
+    k = target.begin_kernel(m, "k", [KernelParam("x", readonly=False)], block=block)
+    target.end_kernel(k.builder)
+    ptx = compile_to_ptx(m, "sm_80", ["k"]).ptx
+    if bounded:
+        filecheck(ptx, f"CHECK: .visible .entry k(\nCHECK: .maxntid {block[0]}, {block[1]}, {block[2]}\n", tmp_path)
+    else:
+        assert ".maxntid" not in ptx
+
+
+def test_a_column_reduction_of_1024_threads_is_bounded(tmp_path: Path) -> None:
+    from hlo_compile import parse_module
+    from hlo_compile.options import CompileOptions
+    from hlo_compile.pipeline import run_pipeline
+    text = """HloModule red
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[4096,512]{1,0} parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[512]{0} reduce(x, z), dimensions={0}, to_apply=add
+}
+"""
+    result = run_pipeline(parse_module(text), CompileOptions(arch="sm_80"), emit="ptx")
+    filecheck(result.values["ptx"], "CHECK: .entry r(\nCHECK: .maxntid 1024, 1, 1\n", tmp_path)

@@ -115,8 +115,10 @@ class Target(ABC):
         """An empty module with this target's triple and datalayout."""
 
     @abstractmethod
-    def begin_kernel(self, module: ir.Module, name: str, params: Sequence[KernelParam]) -> KernelFunction:
-        """Declare the kernel entry ``name`` taking ``params``."""
+    def begin_kernel(self, module: ir.Module, name: str, params: Sequence[KernelParam],
+                     block: tuple[int, int, int] | None = None) -> KernelFunction:
+        """Declare the kernel entry ``name`` taking ``params``; ``block``: the threads per block
+        it is launched with (a GPU target bounds the kernel's registers by it)."""
 
     @abstractmethod
     def end_kernel(self, builder: ir.IRBuilder) -> None:

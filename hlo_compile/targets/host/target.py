@@ -94,7 +94,8 @@ class HostTarget(Target):
         m.data_layout = self.data_layout
         return m
 
-    def begin_kernel(self, module: ir.Module, name: str, params: Sequence[KernelParam]) -> KernelFunction:
+    def begin_kernel(self, module: ir.Module, name: str, params: Sequence[KernelParam],
+                     block: tuple[int, int, int] | None = None) -> KernelFunction:
         ret = PTR if self.mode == "coro" else VOID
         fnty = ir.FunctionType(ret, [PTR] * (len(params) + 1))
         fn = ir.Function(module, fnty, name)

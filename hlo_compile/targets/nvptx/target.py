@@ -48,6 +48,8 @@ MATH_FUNCTIONS: dict[str, int] = {
 #   {float x4} @llvm.nvvm.mma.m16n8k16.row.col.f32.f32(<2 x half> a0..a3, <2 x half> b0, b1, float c0..c3)
 #   {i32 x4} @llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16(ptr addrspace(3))
 MMA_MIN_SM = 80
+# 65536 registers per SM / 255 registers per thread at most: blocks up to this size fit with any count
+_THREADS_ANY_REGISTER_COUNT_FITS = 256
 MMA_INTRINSICS = {"bf16": "llvm.nvvm.mma.m16n8k16.row.col.bf16", "f16": "llvm.nvvm.mma.m16n8k16.row.col.f32.f32"}
 LDMATRIX_X4 = "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16"
 
@@ -173,12 +175,20 @@ class NvptxTarget(Target):
         module.data_layout = self.data_layout
         return module
 
-    def begin_kernel(self, module: ir.Module, name: str, params: Sequence[KernelParam]) -> KernelFunction:
+    def begin_kernel(self, module: ir.Module, name: str, params: Sequence[KernelParam],
+                     block: tuple[int, int, int] | None = None) -> KernelFunction:
         if not is_ptx_identifier(name):
             raise ValueError(f"kernel name {name!r} is not a PTX identifier; use ptx_identifier(name) "
                              f"({ptx_identifier(name)!r})")
         fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * len(params)), name)
         fn.calling_convention = "ptx_kernel"
+        if block is not None and block[0] * block[1] * block[2] > _THREADS_ANY_REGISTER_COUNT_FITS:
+            # .maxntid x, y, z: ptxas keeps the registers per thread within what a block of that
+            # many threads may use (65536 / threads), as XLA's launch-dimension annotation does;
+            # without it a 1024-thread kernel given 78 registers could not be launched. Smaller
+            # blocks fit with any count (255 at most), and there the bound would only make ptxas
+            # trade registers for occupancy (spilling), so they are left unbounded.
+            set.add(fn.attributes, f'"nvvm.maxntid"="{block[0]},{block[1]},{block[2]}"')
         for arg, param in zip(fn.args, params):
             arg.name = param.name
             # noalias: XLA buffers given to one kernel do not overlap, except an in-place
