@@ -158,7 +158,8 @@ def collective_result(ev, inst, ops, opcode: str):
     array, or a tuple for several operands."""
     out = COLLECTIVES[opcode](ev, inst, ops)
     shape = inst.shape
-    if inst.opcode != opcode and shape.is_tuple:  # a start: (operands, result, ...)
+    if inst.opcode in ("all-gather-start", "collective-permute-start") and shape.is_tuple:
+        # (operands, result, ...); all-reduce-start's shape is its result's (a tuple when variadic)
         shape = shape.tuple_shapes[1]
     declared = list(shape.tuple_shapes) if shape.is_tuple else [shape]
     for x, s in zip(out, declared):

@@ -38,7 +38,8 @@ _REDUCTIONS = {"add": np.add, "multiply": np.multiply, "minimum": np.minimum, "m
 
 
 def reduction_of(inst: HloInstruction) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """The elementwise function of an all-reduce's ``to_apply`` (XLA's supported kinds only)."""
+    """The elementwise function of an all-reduce's ``to_apply`` (XLA's supported kinds only;
+    and/or of pred alone: ``runnable.reduction_kind``)."""
     kind = reduction_kind(inst)
     if kind is None:
         raise HloUnsupportedError(f"{where(inst)}: {collective_refusal(inst)}", inst.location)
@@ -76,7 +77,8 @@ class Collective(Step):
         if op == "collective-broadcast":
             return list(everyone[group[0]])
         if op in ("all-reduce", "reduce-scatter"):
-            reduced = [functools.reduce(self.reduce, [everyone[j][i] for j in group]) for i in range(n_ops)]
+            with np.errstate(all="ignore"):  # NaN and inf are values here, as in the kernels
+                reduced = [functools.reduce(self.reduce, [everyone[j][i] for j in group]) for i in range(n_ops)]
             if op == "all-reduce":
                 return reduced
             d = inst.dimensions[0]

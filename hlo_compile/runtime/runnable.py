@@ -62,14 +62,17 @@ REDUCTION_KINDS = frozenset({"add", "multiply", "minimum", "maximum", "and", "or
 
 def reduction_kind(inst: HloInstruction) -> str | None:
     """The kind of an all-reduce's or reduce-scatter's ``to_apply`` (``add``, ``multiply``,
-    ``minimum``, ``maximum``, ``and``, ``or`` of its two parameters), None for any other."""
+    ``minimum``, ``maximum`` of its two parameters; ``and``, ``or`` of pred only: XLA's
+    ``MatchReductionInstruction`` runs them as min/max, and/or of integers are bitwise and it
+    refuses them), None for any other."""
     comp = inst.attr("to_apply", None)
     if not isinstance(comp, HloComputation):
         return None
     root = comp.root
     params = {id(p) for p in comp.parameters}
     if (root.opcode in REDUCTION_KINDS and len(root.operands) == 2 and len(comp.parameters) == 2
-            and {id(o) for o in root.operands} == params):
+            and {id(o) for o in root.operands} == params
+            and (root.opcode not in ("and", "or") or root.shape.element_type == "pred")):
         return root.opcode
     return None
 
@@ -81,8 +84,8 @@ def collective_refusal(inst: HloInstruction) -> str | None:
     if base in ("all-reduce", "reduce-scatter") and op in RUNNABLE_OPCODES and reduction_kind(inst) is None:
         comp = inst.attr("to_apply", None)
         name = comp.name if isinstance(comp, HloComputation) else "?"
-        return (f"its reduction computation {name} is not add, multiply, minimum, maximum, and or or of its two "
-                "parameters")
+        return (f"its reduction computation {name} is not add, multiply, minimum, maximum (or and, or of pred) of "
+                "its two parameters")
     if base == "collective-permute" and len(inst.operands) == 4 and inst.has_attr("slice_sizes"):
         return "the in-place form (offsets, slice_sizes) is not supported"
     if base == "collective-broadcast" and inst.attr("has_dynamic_root", False):
