@@ -102,7 +102,8 @@ def test_generator_covers_ops_ranks_types_and_layouts():
 def test_every_op_generator_produces_modules():
     for name in GENERATORS:
         og = GENERATORS[name]
-        cfg = FuzzConfig(only_ops=frozenset({name}), known_bugs=frozenset({og.feature}) if og.feature else frozenset())
+        cfg = FuzzConfig(only_ops=frozenset({name}), known_bugs=frozenset({og.feature}) if og.feature else frozenset(),
+                         spmd=og.spmd)
         made = Counter()
         for seed in range(15):
             made.update(generate(seed, cfg).stats.ops)

@@ -1,10 +1,12 @@
-"""python -m hlo_compile.fuzz --count N --seed S [--jobs J] [--out DIR] [--xla] [--shrink K]
+"""python -m hlo_compile.fuzz --count N --seed S [--jobs J] [--out DIR] [--xla] [--shrink K] [--spmd]
 
 Differential fuzzing of the host target against the reference interpreter (and XLA:CPU with
 --xla): random valid modules, each run with and without the fusion pass; mismatches and crashes
 are shrunk to reproducers under DIR. Also: --replay SEED (print one module and run it),
 --check FILE (run a module file like the fuzzer does), --shrink-file FILE (shrink a failing
-module file). Exit status: 0 no mismatch or crash, 1 some, 2 bad usage.
+module file). --spmd: modules on R x P participants (R*P in 2, 4, 8) with collectives, each
+participant compared (interpreter's evaluate_spmd against the host's SPMD run).
+Exit status: 0 no mismatch or crash, 1 some, 2 bad usage.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ def _config(ns) -> FuzzConfig:
     return FuzzConfig(max_ops=ns.max_ops, xla_compatible=ns.xla_compatible,
                       known_bugs=_features(ns.known_bugs, KNOWN_BUG_FEATURES, "--known-bugs"),
                       without=_features(ns.without, DEFAULT_FEATURES, "--without"),
-                      only_ops=frozenset(ns.only_ops.split(",")) if ns.only_ops else None)
+                      only_ops=frozenset(ns.only_ops.split(",")) if ns.only_ops else None, spmd=ns.spmd)
 
 
 def main(argv=None) -> int:
@@ -49,6 +51,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shrink", type=int, default=10, help="failures to shrink into reproducers (0: none)")
     ap.add_argument("--shrink-budget", type=float, default=300.0, help="seconds per shrink")
     ap.add_argument("--max-ops", type=int, default=10, help="ops drawn for ENTRY")
+    ap.add_argument("--spmd", action="store_true",
+                    help="SPMD modules (replica_count x num_partitions in 2, 4, 8) with collectives")
     ap.add_argument("--only-ops", default=None, help="comma-separated generator names (see registry)")
     ap.add_argument("--known-bugs", action="append", default=[], metavar="FEATURE",
                     help=f"also generate features of known open bugs: {', '.join(KNOWN_BUG_FEATURES)}, all")

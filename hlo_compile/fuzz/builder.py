@@ -101,6 +101,13 @@ class ModuleBuilder:
         self.entry: Comp | None = None
         self._counter = 0
         self.cache: dict = {}   # shared scalar computations by key
+        self.world: tuple[int, int] | None = None  # (replicas, partitions) of an SPMD module
+        self._channels = 0
+
+    def next_channel(self) -> int:
+        """A channel id no other instruction of the module uses."""
+        self._channels += 1
+        return self._channels
 
     def fresh(self, prefix: str) -> str:
         self._counter += 1
@@ -124,7 +131,8 @@ class ModuleBuilder:
             self.finished.append(comp)
 
     def text(self) -> str:
-        parts = [f"HloModule {self.name}", ""]
+        header = f", replica_count={self.world[0]}, num_partitions={self.world[1]}" if self.world else ""
+        parts = [f"HloModule {self.name}{header}", ""]
         for c in self.finished:
             parts += [c.text(), ""]
         parts += [self.entry.text(), ""]

@@ -109,8 +109,8 @@ class CampaignReport:
         lines.append("interpreter: " + ", ".join(f"{k} {v}" for k, v in sorted(self.reference.items())))
         modes = sorted({m for m, _ in self.outcomes})
         for m in modes:
-            cells = [f"{s} {self.outcomes[(m, s)]}" for s in HEAD + ("xla-match", "xla-mismatch", "xla-refused",
-                                                                      "xla-unchecked", "xla-died", "xla-timeout") if self.outcomes[(m, s)]]
+            xla = ("xla-match", "xla-mismatch", "xla-refused", "xla-unchecked", "xla-died", "xla-timeout")
+            cells = [f"{s} {self.outcomes[(m, s)]}" for s in HEAD + xla if self.outcomes[(m, s)]]
             lines.append(f"{m}: " + ", ".join(cells))
         lines.append(f"mismatches {self.mismatches}, crashes (incl. died/timeouts) {self.crashes}")
         if self.unstable:
@@ -176,7 +176,8 @@ def run_campaign(count: int, seed: int = 0, *, jobs: int = 2, cfg: FuzzConfig | 
                     from .generator import generate
                     reply["text"] = generate(reply["seed"], cfg, verify=False).text
                 for f in report.record(reply):
-                    log(f"seed {f.seed}: {f.mode} {f.signature}: {f.detail.strip().splitlines()[0][:150] if f.detail.strip() else ''}")
+                    first = f.detail.strip().splitlines()[0][:150] if f.detail.strip() else ""
+                    log(f"seed {f.seed}: {f.mode} {f.signature}: {first}")
                 if progress_every and report.count % progress_every == 0:
                     log(f"[{report.count}/{count}] {time.monotonic() - t0:.0f} s, mismatches {report.mismatches}, "
                         f"crashes {report.crashes}, invalid {len(report.invalid)}")
@@ -284,7 +285,13 @@ def _save_inputs(text: str, seed: int, path: Path) -> None:
     from ..hlo import parse_module
     from ..runtime.literals import save_inputs
     from .inputs import make_inputs
+    from .spmd_runner import save_spmd_inputs, spmd_inputs, spmd_world
     try:
-        save_inputs(path, make_inputs(parse_module(text, "<fuzz>"), seed))
+        module = parse_module(text, "<fuzz>")
+        world = spmd_world(module)
+        if world is not None:  # hlo-run's p{k}.arg{i}
+            save_spmd_inputs(path, spmd_inputs(module, seed, world))
+            return
+        save_inputs(path, make_inputs(module, seed))
     except Exception:  # noqa: BLE001 - a reproducer without inputs is still a reproducer
         pass

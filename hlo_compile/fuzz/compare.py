@@ -2,6 +2,8 @@
 (``exactness.py``), within tolerances otherwise (``runtime.compare``, the "model" class)."""
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from ..runtime.compare import TOLERANCE_CLASSES, compare_arrays, default_tolerance
@@ -67,3 +69,16 @@ def compare_xla(expected: np.ndarray, actual: np.ndarray, name: str = "out") -> 
         actual = actual.view(expected.dtype)
     res = compare_arrays(expected, actual, name=name, klass=XLA_CLASS)
     return res.ok, "" if res.ok else res.report()
+
+
+def compare_all(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], infos: Sequence) -> dict[int, str]:
+    """{leaf: report} of the leaves that differ (-1: the leaf counts differ); ``infos`` from
+    ``exactness.module_infos``."""
+    if len(expected) != len(actual):
+        return {-1: f"{len(actual)} outputs, expected {len(expected)}"}
+    reports = {}
+    for i, (e, a, info) in enumerate(zip(expected, actual, infos)):
+        ok, rep = compare_leaf(e, a, info is None, f"out{i}", info)
+        if not ok:
+            reports[i] = rep
+    return reports

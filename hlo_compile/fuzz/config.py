@@ -50,6 +50,7 @@ class FuzzConfig:
     known_bugs: frozenset = frozenset()  # KNOWN_BUG_FEATURES turned on
     without: frozenset = frozenset()     # DEFAULT_FEATURES turned off
     only_ops: frozenset | None = None    # restrict the op generators to these names
+    spmd: bool = False           # modules on R x P participants (R*P in 2, 4, 8) with collectives
 
     def allows(self, feature: str) -> bool:
         if feature in self.known_bugs:

@@ -23,7 +23,12 @@ from ..runtime.compare import TOLERANCE_CLASSES, default_tolerance
 _NARROW = re.compile(r"\b(bf16|f16|f32)\[")
 
 
-def _widen_args(args, module):
+def widen_text(text: str) -> str:
+    """``text`` with every bf16/f16/f32 array type written f64."""
+    return _NARROW.sub("f64[", text)
+
+
+def widen_args(args, module):
     def widen(a, shape):
         if shape.is_tuple:
             return tuple(widen(x, s) for x, s in zip(a, shape.tuple_shapes))
@@ -37,11 +42,11 @@ def wide_reference(text: str, args, seed: int):
     module does not verify or evaluate (bitcasts of floats, reduce-precision...)."""
     from ..interpreter import evaluate_module
     from ..runtime.literals import flatten
-    wide = _NARROW.sub("f64[", text)
+    wide = widen_text(text)
     try:
         narrow_module = parse_module(text, "<fuzz>")
         module = parse_module(wide, "<fuzz-f64>")
-        return flatten(evaluate_module(module, _widen_args(args, narrow_module), seed=seed))
+        return flatten(evaluate_module(module, widen_args(args, narrow_module), seed=seed))
     except (HloError, ValueError, TypeError, IndexError, KeyError, ArithmeticError):
         return None
 

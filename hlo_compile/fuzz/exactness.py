@@ -29,6 +29,10 @@ CONTINUOUS = frozenset({
     "sine", "cosine", "select", "convert", "broadcast", "reshape", "transpose", "slice", "concatenate", "pad",
     "reverse", "dynamic-slice", "dynamic-update-slice", "gather", "tuple", "get-tuple-element", "bitcast",
     "reduce", "reduce-window", "dot", "convolution", "map", "scatter", "while", "conditional", "fusion", "call",
+    # collectives move values or fold them with add/multiply/minimum/maximum, ranks in one order
+    "all-reduce", "all-reduce-start", "all-reduce-done", "all-gather", "all-gather-start", "all-gather-done",
+    "reduce-scatter", "all-to-all", "collective-permute", "collective-permute-start", "collective-permute-done",
+    "collective-broadcast",
 })
 
 

@@ -2,9 +2,11 @@
 
 ENTRY starts with a parameter or two, then draws ops from the generator table
 (``registry.GENERATORS``, filled by ``ops_*.py``) by weight; an op that cannot apply here is
-redrawn. Values nothing reads become the outputs (a tuple when there are several). Runs of
-instructions are then outlined into fusions or calls. The text is parsed and verified by
-our front end before it is returned: a module that does not verify is a generator bug
+redrawn (SPMD modules, ``FuzzConfig.spmd``: a world of R x P participants in the header, and
+collectives as often as the other ops, ``ops_collective``). Values nothing reads become the
+outputs (a tuple when there are several). Runs of instructions are then outlined into fusions
+or calls. The text is parsed and verified by our front end before it is returned: a module that
+does not verify is a generator bug
 (``GeneratorError``)."""
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import dataclasses
 import random
 from dataclasses import dataclass, field
 
-from . import ops_compute, ops_control, ops_elementwise, ops_shape  # noqa: F401  (fill the table)
+from . import ops_collective, ops_compute, ops_control, ops_elementwise, ops_shape  # noqa: F401  (fill the table)
 from .builder import ModuleBuilder, Value
 from .config import FuzzConfig
 from .gen_core import Gen, Stats
@@ -21,6 +23,8 @@ from .registry import run_steps
 from .shapes import FTuple
 
 MAX_OUTPUTS = 6
+# (replicas, partitions) of SPMD modules: R x P in 2, 4, 8
+WORLDS = {(1, 2): 3, (2, 1): 2, (1, 4): 2, (2, 2): 4, (4, 1): 2, (1, 8): 1, (2, 4): 2, (4, 2): 2, (8, 1): 1}
 
 
 class GeneratorError(Exception):
@@ -67,6 +71,8 @@ def generate(seed: int, cfg: FuzzConfig | None = None, *, verify: bool = True) -
     if rng.random() < cfg.p_big:  # large dims: the tiled transpose, row reductions, bitonic sort, dot tiles
         cfg = dataclasses.replace(cfg, max_elements=cfg.big_elements, max_ops=max(2, cfg.max_ops * 2 // 3))
     mb = ModuleBuilder(f"fuzz_{seed}")
+    if cfg.spmd:
+        mb.world = rng.choices(list(WORLDS), weights=list(WORLDS.values()))[0]
     entry = mb.comp("main", "entry")
     stats = Stats()
     g = Gen(rng, cfg, mb, entry, stats)

@@ -78,13 +78,16 @@ def random_leaf(shape: Shape, rng: np.random.Generator) -> np.ndarray:
     return np.asarray(x, dtype=dt).reshape(shape.dimensions)
 
 
-def make_inputs(module: HloModule, seed: int) -> list:
+def make_inputs(module: HloModule, seed: int, participant: int | None = None) -> list:
     """Arguments for ENTRY, in parameter order (tuples as tuples). Each parameter's values
-    depend only on the seed, its name and its shape, so removing another parameter (as the
-    shrinker does) leaves them unchanged."""
+    depend only on the seed, its name and its shape (and ``participant``, of an SPMD run: every
+    participant gets its own values, so a value from the wrong peer shows), so removing another
+    parameter (as the shrinker does) leaves them unchanged."""
+    extra = [] if participant is None else [participant + 1]
+
     def make(shape: Shape, key: str):
         if shape.is_tuple:
             return tuple(make(s, f"{key}.{i}") for i, s in enumerate(shape.tuple_shapes))
-        rng = np.random.default_rng([seed, zlib.crc32(f"{key}:{shape.to_text()}".encode())])
+        rng = np.random.default_rng([seed, zlib.crc32(f"{key}:{shape.to_text()}".encode())] + extra)
         return random_leaf(shape, rng)
     return [make(p.shape, p.name) for p in module.entry.parameters]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .builder import Comp, Inst, Value
 from .gen_core import Gen
+from .ops_collective import COLLECTIVE_OPCODES
 from .shapes import FTuple
 
 _NOT_FUSED = frozenset({"parameter", "tuple", "get-tuple-element", "while", "conditional", "fusion", "call",
@@ -18,7 +19,7 @@ _INPUT_KIND = frozenset({"reduce", "reduce-window", "scatter", "sort", "select-a
 
 
 def _fusible(inst: Inst) -> bool:
-    return inst.opcode not in _NOT_FUSED and inst.value.is_array
+    return inst.opcode not in _NOT_FUSED and inst.opcode not in COLLECTIVE_OPCODES and inst.value.is_array
 
 
 def outline_fusions(g: Gen, comp: Comp, keep: list[Value]) -> list[Value]:

@@ -4,7 +4,9 @@ A generator takes a ``Gen`` and appends one op (plus the operands it needed), re
 new value, or raises ``GenRefused`` when it cannot apply. ``weight`` is its relative
 frequency; ``xla`` whether XLA:CPU can run it through xla_ref; ``feature`` a known-bug feature
 (``config.KNOWN_BUG_FEATURES``) it needs; ``nested`` whether it may also run inside a loop
-body or conditional branch (where there are no parameters to add)."""
+body or conditional branch (where there are no parameters to add); ``spmd`` whether it is a
+collective, drawn only for SPMD modules (``FuzzConfig.spmd``), then as often as all the others
+together."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,17 +24,18 @@ class OpGen:
     xla: bool
     feature: str | None
     nested: bool  # may run inside a while body / conditional branch
+    spmd: bool = False  # a collective: only in SPMD modules
 
 
 GENERATORS: dict[str, OpGen] = {}
 
 
 def op_generator(name: str, weight: float = 1.0, xla: bool = True, feature: str | None = None,
-                 nested: bool = True):
+                 nested: bool = True, spmd: bool = False):
     def register(fn: Callable) -> Callable:
         if name in GENERATORS:
             raise ValueError(f"op generator {name} registered twice")
-        GENERATORS[name] = OpGen(name, fn, weight, xla, feature, nested)
+        GENERATORS[name] = OpGen(name, fn, weight, xla, feature, nested, spmd)
         return fn
     return register
 
@@ -48,6 +51,8 @@ def _allowed(cfg: FuzzConfig, gen: Gen) -> list[OpGen]:
             continue
         if gen.depth and not og.nested:
             continue
+        if og.spmd and not cfg.spmd:
+            continue
         out.append(og)
     return out
 
@@ -58,6 +63,10 @@ def run_steps(g: Gen, steps: int) -> None:
     if not table:
         return
     weights = [og.weight for og in table]
+    spmd = sum(w for og, w in zip(table, weights) if og.spmd)
+    other = sum(w for og, w in zip(table, weights) if not og.spmd)
+    if spmd and other:  # collectives as often as everything else
+        weights = [w * other / spmd if og.spmd else w for og, w in zip(table, weights)]
     for _ in range(steps):
         for _attempt in range(6):
             og = g.rng.choices(table, weights=weights)[0]

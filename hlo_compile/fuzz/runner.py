@@ -24,10 +24,12 @@ import numpy as np
 from ..hlo import parse_module
 from ..hlo.errors import HloError
 from ..hlo.opcodes import OPCODES
-from .compare import compare_leaf, compare_xla
+from .compare import compare_all, compare_xla
 from .envelope import all_within_envelope
 from .exactness import module_infos
 from .inputs import make_inputs
+from .spmd_runner import (all_within_envelope_spmd, compare_participants, run_host_spmd, run_reference_spmd,
+                          spmd_inputs, spmd_world)
 
 MODES = ("fusion", "no-fusion")
 BAD = ("mismatch", "crash", "timeout", "died")
@@ -134,19 +136,6 @@ def run_host(text: str, args, fusion: bool, emitters: list | None = None) -> lis
         return _leaves(exe.run(args))
 
 
-def compare_all(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], infos: Sequence) -> dict[int, str]:
-    """{leaf: report} of the leaves that differ (-1: the leaf counts differ); ``infos`` from
-    ``exactness.module_infos``."""
-    if len(expected) != len(actual):
-        return {-1: f"{len(actual)} outputs, expected {len(expected)}"}
-    reports = {}
-    for i, (e, a, info) in enumerate(zip(expected, actual, infos)):
-        ok, rep = compare_leaf(e, a, info is None, f"out{i}", info)
-        if not ok:
-            reports[i] = rep
-    return reports
-
-
 def run_case(text: str, input_seed: int = 0, modes: Sequence[str] = MODES, xla: bool = False,
              on_stage=None) -> CaseResult:
     """Run ``text`` on the interpreter and on host in each of ``modes`` (and XLA:CPU with ``xla``).
@@ -157,6 +146,9 @@ def run_case(text: str, input_seed: int = 0, modes: Sequence[str] = MODES, xla: 
     t0 = time.perf_counter()
     try:
         module = parse_module(text, "<fuzz>")
+        world = spmd_world(module)
+        if world is not None:
+            return _run_spmd_case(text, module, world, input_seed, modes, xla, stage, t0)
         args = make_inputs(module, input_seed)
     except HloError as e:
         return CaseResult(text, input_seed, Outcome("reference", "invalid", str(e)))
@@ -190,6 +182,45 @@ def run_case(text: str, input_seed: int = 0, modes: Sequence[str] = MODES, xla: 
     if xla:
         stage("xla")
         result.outcomes.append(run_xla(text, args, expected))
+    return result
+
+
+def _run_spmd_case(text: str, module, world, input_seed: int, modes: Sequence[str], xla: bool, stage,
+                   t0: float) -> CaseResult:
+    """``run_case`` of an SPMD module (``spmd_runner.py``): every participant compared."""
+    args = spmd_inputs(module, input_seed, world)
+    try:
+        expected = run_reference_spmd(module, args, input_seed, world)
+        ref = Outcome("reference", "ok", seconds=time.perf_counter() - t0)
+    except Exception as e:  # noqa: BLE001 - classification is the point
+        expected = None
+        ref = _exception_outcome("reference", e, text, t0)
+    result = CaseResult(text, input_seed, ref)
+    infos = module_infos(module)
+    for mode in modes:
+        stage(mode)
+        t1 = time.perf_counter()
+        emitters: list = []
+        try:
+            actual = run_host_spmd(text, args, world, fusion=(mode == "fusion"), emitters=emitters)
+        except Exception as e:  # noqa: BLE001
+            result.outcomes.append(_exception_outcome(mode, e, text, t1))
+            result.outcomes[-1].emitters = emitters
+            continue
+        dt = time.perf_counter() - t1
+        if expected is None:
+            result.outcomes.append(Outcome(mode, "unchecked", seconds=dt, emitters=emitters))
+            continue
+        reports = compare_participants(expected, actual, infos)
+        status = "mismatch" if reports else "match"
+        if reports and all_within_envelope_spmd(text, args, input_seed, world, expected, actual, list(reports),
+                                                infos):
+            status = "unstable"
+        result.outcomes.append(Outcome(mode, status, "\n".join(reports.values()), seconds=dt, emitters=emitters))
+    if xla:
+        stage("xla")
+        result.outcomes.append(Outcome("xla", "xla-refused", f"SPMD module ({world.replicas} x {world.partitions} "
+                                       "participants): not run on XLA:CPU", "xla"))
     return result
 
 
