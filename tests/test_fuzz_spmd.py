@@ -137,3 +137,45 @@ def test_cli_replays_an_spmd_module(capsys):
     assert main(["--spmd", "--replay", "3", "--modes", "no-fusion"]) == 0
     out = capsys.readouterr().out
     assert "num_partitions=" in out and "no-fusion: match" in out
+
+
+XLA_MODULE = """HloModule m, replica_count=2, num_partitions=2
+
+add {
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT s = s32[] add(a, b)
+}
+
+ENTRY e {
+  x = s32[4,2]{0,1} parameter(0)
+  ar = s32[4,2]{1,0} all-reduce(x), channel_id=1, use_global_device_ids=true, replica_groups={{0,3},{1,2}}, to_apply=add
+  ag = s32[8,2]{1,0} all-gather(x), replica_groups=mesh['r'=2] {'r'}, dimensions={0}
+  a2a = s32[4,2]{1,0} all-to-all(x), channel_id=2, replica_groups=[1,2]<=[2], dimensions={0}
+  cp = s32[4,2]{1,0} collective-permute(x), channel_id=3, source_target_pairs={{1,0}}
+  pid = u32[] partition-id()
+  rid = u32[] replica-id()
+  ROOT t = (s32[4,2]{1,0}, s32[8,2]{1,0}, s32[4,2]{1,0}, s32[4,2]{1,0}, u32[], u32[]) tuple(ar, ag, a2a, cp, pid, rid)
+}
+"""
+
+
+def test_xla_cpu_runs_every_participant(tmp_path):
+    """--spmd --xla: XLA:CPU with a device per participant (sharding={manual}: no partitioner) gives
+    every participant's results, which equal the interpreter's."""
+    pytest.importorskip("jax")
+    path = tmp_path / "m.hlo"
+    path.write_text(XLA_MODULE)
+    res = subprocess.run([sys.executable, "-m", "hlo_compile.fuzz", "--check", str(path), "--xla", "--modes",
+                          "no-fusion"], capture_output=True, text=True, timeout=300)
+    if "xla_ref.py not found" in res.stdout:
+        pytest.skip("no xla_ref.py")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "no-fusion: match" in res.stdout and "xla: xla-match" in res.stdout, res.stdout
+
+
+def test_manual_sharding_marks_tuples_per_leaf():
+    from hlo_compile.fuzz.xla_spmd import manual_sharding
+    text = manual_sharding(XLA_MODULE)
+    assert "tuple(ar, ag, a2a, cp, pid, rid), sharding={" + ", ".join(["{manual}"] * 6) + "}" in text
+    assert "partition-id(), sharding={manual}" in text and "HloModule m, replica_count=2" in text

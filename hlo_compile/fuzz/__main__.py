@@ -65,6 +65,9 @@ def main(argv=None) -> int:
     ap.add_argument("--input-seed", type=int, default=0, help="inputs seed for --check / --shrink-file")
     ap.add_argument("--quiet", action="store_true")
     ns = ap.parse_args(argv)
+    if ns.xla:
+        from .xla_spmd import ensure_device_flag
+        ensure_device_flag()
     cfg = _config(ns)
     modes = tuple(m for m in ns.modes.split(",") if m)
     if any(m not in ("fusion", "no-fusion") for m in modes):

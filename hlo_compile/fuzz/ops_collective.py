@@ -6,7 +6,7 @@ a channel id is cross-partition for all-to-all, collective-permute and collectiv
 cross-replica-and-partition for all-reduce, all-gather and reduce-scatter, or flattened ids
 with ``use_global_device_ids=true``), then replica groups of one size covering that mode's id
 space, in one of XLA's spellings (absent, explicit, iota ``[G,S]<=[dims]T(perm)``, mesh
-``mesh['x'=2,'y'=2] {'y'}`` with sub-axes ``'x':(pre)size`` and ``device_ids``). The group size
+``mesh['x'=2,'y'=2] {'y'}`` with sub-axes ``'x':(pre)size``, of two or more). The group size
 in participants (the ids' group, times P in cross-replica-and-partition mode) fixes the shapes:
 an all-gather multiplies its dimension by it, a reduce-scatter divides (the dimension is made
 divisible), an all-to-all's split dimension is divisible by it and its tuple form takes that
@@ -72,9 +72,10 @@ def draw_mode(g: Gen, base: str) -> str:
     return g.weighted({m: (5 if space[m] > 1 else 1) for m in modes})
 
 
-def draw_groups(g: Gen, base: str, mode: str | None = None, min_size: int = 1) -> Groups:
+def draw_groups(g: Gen, base: str, mode: str | None = None, min_size: int = 1, listed: bool = False) -> Groups:
     """Replica groups for ``base`` in ``mode`` (drawn when None) with at least ``min_size``
-    participants a group (GenRefused when the mode's ids cannot give that)."""
+    participants a group (GenRefused when the mode's ids cannot give that); ``listed``: written
+    out (XLA refuses an array all-to-all without groups)."""
     R, P = world(g)
     mode = mode or draw_mode(g, base)
     n_ids = {CROSS_REPLICA: R, CROSS_PARTITION: P, CRAP: R, FLATTENED: R * P}[mode]
@@ -90,7 +91,7 @@ def draw_groups(g: Gen, base: str, mode: str | None = None, min_size: int = 1) -
     if not sizes:
         raise GenRefused("groups too small")
     s = g.weighted({d: (1 if d == 1 and n_ids > 1 else 3) for d in sizes})
-    text, spelling = _spelling(g, n_ids, s, mode)
+    text, spelling = _spelling(g, n_ids, s, mode, listed)
     groups = parse_replica_groups(text.partition("=")[2]) if text else []
     if not groups:
         groups = [list(range(n_ids))]
@@ -100,10 +101,11 @@ def draw_groups(g: Gen, base: str, mode: str | None = None, min_size: int = 1) -
     return Groups(mode, attrs, groups, s * per_id, spelling)
 
 
-def _spelling(g: Gen, n: int, s: int, mode: str) -> tuple[str, str]:
+def _spelling(g: Gen, n: int, s: int, mode: str, listed: bool = False) -> tuple[str, str]:
     """(``replica_groups=...`` text or "" for none, the spelling's name): ``n`` ids in groups of ``s``."""
-    forms = {"explicit": 4, "iota": 3, "mesh": 2}
-    if s == n:
+    # XLA's parser takes mesh groups of two or more, without device_ids (which ours also reads)
+    forms = {"explicit": 4, "iota": 3, "mesh": 2 if s > 1 else 0}
+    if s == n and not listed:
         forms.update({"absent": 1 if mode != FLATTENED else 0, "empty": 1 if mode != FLATTENED else 0})
     form = g.weighted({k: w for k, w in forms.items() if w})
     if form == "absent":
@@ -144,8 +146,6 @@ def _mesh(g: Gen, n: int, s: int) -> str:
             continue
         g.rng.shuffle(listed)
         axes = ",".join(f"'{a}'={z}" for a, z in zip(names, sizes))
-        if g.chance(0.15):
-            axes += ", device_ids=(" + ",".join(map(str, g.permutation(n))) + ")"
         text = f"replica_groups=mesh[{axes}] {{{','.join(listed)}}}"
         try:
             groups = parse_replica_groups(text.partition("=")[2])
@@ -277,9 +277,10 @@ def gen_reduce_scatter(g: Gen) -> Value:
 
 @op_generator("all-to-all", weight=3, nested=False, spmd=True)
 def gen_all_to_all(g: Gen) -> Value:
-    grp = draw_groups(g, "all-to-all")
+    tuple_form = g.chance(0.3)  # of groups of two or more: XLA reads one operand without dimensions as an array
+    grp = draw_groups(g, "all-to-all", listed=not tuple_form, min_size=2 if tuple_form else 1)
     n = grp.size
-    if n <= 8 and g.chance(0.3):  # tuple form: one operand per group member, one shape
+    if tuple_form:  # tuple form: one operand per group member, one shape
         first = _operand(g, lambda v: v.shape.size <= 512)
         ops = [first] + [_operand(g, lambda v, s=first.shape: v.shape.dims == s.dims and v.shape.et == s.et,
                                   et=first.shape.et, dims=first.shape.dims if g.chance(0.5) else None)

@@ -219,9 +219,34 @@ def _run_spmd_case(text: str, module, world, input_seed: int, modes: Sequence[st
         result.outcomes.append(Outcome(mode, status, "\n".join(reports.values()), seconds=dt, emitters=emitters))
     if xla:
         stage("xla")
-        result.outcomes.append(Outcome("xla", "xla-refused", f"SPMD module ({world.replicas} x {world.partitions} "
-                                       "participants): not run on XLA:CPU", "xla"))
+        result.outcomes.append(run_xla_spmd_case(text, args, world, expected))
     return result
+
+
+def run_xla_spmd_case(text: str, args, world, expected) -> Outcome:
+    """XLA:CPU on every participant (``xla_spmd.py``) against the interpreter, per participant."""
+    from .xla_spmd import run_xla_spmd
+    t0 = time.perf_counter()
+    try:
+        if any(isinstance(a, tuple) for mine in args for a in mine):
+            return Outcome("xla", "xla-refused", "tuple parameters", "parameter")
+        outs = run_xla_spmd(_xla(), text, args, world.replicas, world.partitions)
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - XLA's errors are RuntimeErrors of all kinds
+        return Outcome("xla", "xla-refused", _first_line(str(e))[:300], "xla", type(e).__name__,
+                       time.perf_counter() - t0)
+    dt = time.perf_counter() - t0
+    if expected is None:
+        return Outcome("xla", "xla-unchecked", seconds=dt)
+    reports = []
+    for k, (want, got) in enumerate(zip(expected, outs)):
+        if len(got) != len(want):
+            reports.append(f"participant {k}: {len(got)} outputs, expected {len(want)}")
+            continue
+        for i, (e, a) in enumerate(zip(want, got)):
+            ok, rep = compare_xla(e, a, f"p{k}.out{i}")
+            if not ok:
+                reports.append(rep)
+    return Outcome("xla", "xla-mismatch" if reports else "xla-match", "\n".join(reports), seconds=dt)
 
 
 # ---- XLA:CPU -----------------------------------------------------------------------------------

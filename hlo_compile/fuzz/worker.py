@@ -24,6 +24,8 @@ def check_request(text: str, input_seed: int, modes, xla: bool = False) -> dict:
 def _serve(conn: Connection) -> None:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from .xla_spmd import ensure_device_flag
+    ensure_device_flag()  # SPMD modules on XLA:CPU: a device per participant
     from .generator import GeneratorError, generate
     from .runner import run_case
 
