@@ -130,6 +130,7 @@ class OptimizedKernels:
     optimized: dict[str, str]
     text: LazyText
     from_cache: int = 0
+    renamed: int = 0  # of those, found under their canonical IR (``kernel_names``), not their names
 
     @property
     def llvm_opt(self) -> str:
@@ -172,14 +173,16 @@ def _indexing_json(options: CompileOptions, source: HloModule) -> StageOutput:
     return StageOutput(report, json.dumps(report, indent=1) + "\n")
 
 
-KERNEL_ENTRY = "kernel-2"  # the layout of a kernel's cache entry (IR, optimised IR, PTX)
+KERNEL_ENTRY = "kernel-3"  # a kernel's entry under its names: IR, optimised IR, PTX
+CANONICAL_ENTRY = "kernel-canonical-1"  # under its canonical IR (``kernel_names``): optimised IR, PTX
 
 
 def _kernel_keys(options: CompileOptions, plan: ModulePlan) -> dict[str, str]:
-    """The cache key of each kernel to emit: what its IR depends on (``kernel_reuse_key``:
-    the fused computation's structure, shapes, attributes, emitter, launch and aliasing),
-    its name and its instructions' names (they name the IR's values and helpers), the
-    options and the tool versions."""
+    """The key of each kernel's entry under its names, looked up before it is emitted: what its
+    IR depends on (``kernel_reuse_key``: the fused computation's structure, shapes, attributes,
+    emitter, launch and aliasing), its name and its instructions' names (they name the IR's
+    values and helpers), the options and the tool versions. A kernel whose names changed
+    misses it and is found, once emitted, under its canonical IR (``_canonical_key``)."""
     from .codegen.compiler import kernel_reuse_key
     from .kernel_cache import cache_key, tool_versions
     versions, memo = tool_versions(), {}
@@ -190,8 +193,8 @@ def _kernel_keys(options: CompileOptions, plan: ModulePlan) -> dict[str, str]:
     return keys
 
 
-def _names_text(fusion) -> str:
-    """The names of the fused computation's instructions and of those it calls, in order."""
+def _called(fusion) -> list:
+    """The fused computation and those it calls (transitively), each once, in a fixed order."""
     from .hlo import HloComputation
     out, todo, seen = [], [fusion.fused_computation], set()
     while todo:
@@ -199,7 +202,7 @@ def _names_text(fusion) -> str:
         if id(comp) in seen:
             continue
         seen.add(id(comp))
-        out.append(comp.name + ":" + ",".join(i.name for i in comp.instructions))
+        out.append(comp)
         for inst in comp.instructions:
             for a in inst.attributes.values():
                 v = a.value
@@ -207,24 +210,44 @@ def _names_text(fusion) -> str:
                     todo.append(v)
                 elif isinstance(v, (list, tuple)):
                     todo.extend(c for c in v if isinstance(c, HloComputation))
-    return "\n".join(out)
+    return out
 
 
-def _cached_kernel(cache, key: str):
-    """(IR, PtxResult) of a kernel's cache entry, or None."""
+def _names_text(fusion) -> str:
+    """The names of the fused computation's instructions and of those it calls, in order."""
+    return "\n".join(comp.name + ":" + ",".join(i.name for i in comp.instructions) for comp in _called(fusion))
+
+
+def hlo_names(k) -> list[str]:
+    """The HLO names a kernel's IR can hold: its fusion's, its operands', and those of the
+    computations it calls and their instructions (``kernel_names.canonical_ir`` renames the
+    IR's names holding one of them, or the kernel's name)."""
+    names = [k.fusion.name, k.kernel_name, *(o.name for o in k.fusion.operands)]
+    for comp in _called(k.fusion):
+        names.append(comp.name)
+        names.extend(i.name for i in comp.instructions)
+    return names
+
+
+def _entry(cache, key: str, fields: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The texts ``fields`` of a cache entry, or None (absent, damaged or another layout)."""
     from .kernel_cache import unpack
-    from .targets.nvptx.ptx import PtxResult
     data = cache.get(key) if cache is not None else None
     if data is None:
         return None
     try:
         d = unpack(data)
-        ir_text, llvm_opt, ptx = d["ir"], d["llvm_opt"], d["ptx"]
-        if not all(isinstance(x, str) for x in (ir_text, llvm_opt, ptx)):
-            return None
+        out = tuple(d[f] for f in fields)
     except (ValueError, KeyError, TypeError):
         return None
-    return ir_text, PtxResult(llvm_opt=llvm_opt, ptx=ptx)
+    return out if all(isinstance(x, str) for x in out) else None
+
+
+def _cached_kernel(cache, key: str):
+    """(IR, PtxResult) of a kernel's entry under its names, or None."""
+    from .targets.nvptx.ptx import PtxResult
+    got = _entry(cache, key, ("ir", "llvm_opt", "ptx"))
+    return None if got is None else (got[0], PtxResult(llvm_opt=got[1], ptx=got[2]))
 
 
 def _llvm(options: CompileOptions, plan: ModulePlan, *, env: StageEnv | None = None) -> StageOutput:
@@ -256,27 +279,42 @@ def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels, *,
     """Each kernel optimised and turned into PTX on its own (``targets/nvptx/kernels.py``:
     in ``env.jobs`` processes when there are many), the kernels the cache holds skipped;
     the stage's value is the module's PTX (one header, every kernel's ``.entry``) and, when
-    printed, the optimised modules linked into one."""
+    printed, the optimised modules linked into one. A kernel goes through LLVM under its
+    canonical names (``kernel_names``), which key its entry, so a fusion renamed between
+    two compiles finds the other's; it is compiled under its own names only where the
+    renaming could not be exact."""
     from .kernel_cache import pack
     from .targets.nvptx import toolkit
-    from .targets.nvptx.kernels import compile_kernels, link_optimized, merge_ptx
+    from .targets.nvptx.kernels import link_optimized, merge_ptx
     env = env or StageEnv()
     names = [k.kernel_name for k in plan.unique_kernels]
     todo = [n for n in names if n not in llvm.cached]
     t0 = time.perf_counter()
+    canonical = _canonical_kernels(plan, llvm, todo)
+    ckeys = _canonical_keys(options, canonical) if env.cache is not None else {}
+    results, fresh = dict(llvm.cached), []
+    for n in todo:
+        got = _entry(env.cache, ckeys[n], ("llvm_opt", "ptx")) if n in ckeys else None
+        restored = None if got is None else _restored(canonical[n], *got)
+        if restored is not None:
+            results[n] = restored
+        else:
+            fresh.append(n)
     try:
-        fresh = compile_kernels([(n, llvm.kernel_ir[n]) for n in todo], options.arch, options.opt_level,
-                                jobs=env.jobs, progress=lambda done, total: env.report("llvm-opt", done, total),
-                                compile_one=compile_to_ptx)
+        first, direct = _compile_fresh(options, env, llvm, canonical, fresh, ckeys)
+        again = dict(zip(direct, _compile(options, env, [(n, llvm.kernel_ir[n]) for n in direct])))
     except toolkit.ToolkitNotFound as e:  # libdevice missing: this stage and those after it cannot run here
         raise StageUnavailable(toolkit.LIBDEVICE_MISSING, e.message) from None
-    results = {**llvm.cached, **dict(zip(todo, fresh))}
+    for n, r in zip(fresh, first):
+        results[n] = again.get(n, r)
+    compiled = [r for r in first if r is not None] + list(again.values())
     if env.cache is not None and llvm.keys:
-        for n, r in zip(todo, fresh):
+        for n in todo:
+            r = results[n]
             env.cache.put(llvm.keys[n], pack({"ir": llvm.kernel_ir[n], "llvm_opt": r.llvm_opt, "ptx": r.ptx}),
                           evict=False)
         env.cache.evict()  # once, not per entry: it lists the whole cache
-    seconds = {part: sum(r.seconds.get(part, 0.0) for r in fresh) for part in ("parse", "link", "opt", "emit")}
+    seconds = {part: sum(r.seconds.get(part, 0.0) for r in compiled) for part in ("parse", "link", "opt", "emit")}
     seconds["compile"] = time.perf_counter() - t0
     if names:
         ptx = merge_ptx([results[n].ptx for n in names], names)
@@ -285,8 +323,69 @@ def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels, *,
         from llvmlite import ir
         empty = compile_to_ptx(ir.Module(name=plan.module.name), options.arch, [], options.opt_level)
         ptx, text = empty.ptx, LazyText(lambda: empty.llvm_opt)
-    value = OptimizedKernels(ptx, {n: results[n].llvm_opt for n in names}, text, len(names) - len(todo))
+    value = OptimizedKernels(ptx, {n: results[n].llvm_opt for n in names}, text, len(names) - len(fresh),
+                             renamed=len(todo) - len(fresh))
     return StageOutput(value, text, seconds=seconds)
+
+
+def _compile_fresh(options: CompileOptions, env: StageEnv, llvm: LinkedKernels, canonical: dict,
+                   fresh: list[str], ckeys: dict[str, str]) -> tuple[list, list[str]]:
+    """The ``PtxResult`` of each kernel of ``fresh`` under its names, compiled under canonical
+    names where it has them (their entries written), and the kernels whose result could not be
+    named back (to compile under their names)."""
+    from .codegen.errors import CodegenError
+    from .kernel_cache import pack
+    try:
+        compiled = _compile(options, env, [(canonical[n].kernel, canonical[n].text) if canonical[n] is not None
+                                           else (n, llvm.kernel_ir[n]) for n in fresh])
+    except CodegenError:  # LLVM's message would name placeholders: again under the kernels' names, to raise it
+        return _compile(options, env, [(n, llvm.kernel_ir[n]) for n in fresh]), []
+    out, direct = [], []
+    for n, r in zip(fresh, compiled):
+        c = canonical[n]
+        if c is not None and n in ckeys:
+            env.cache.put(ckeys[n], pack({"llvm_opt": r.llvm_opt, "ptx": r.ptx}), evict=False)
+        named = r if c is None else _restored(c, r.llvm_opt, r.ptx, r.seconds)
+        if named is None:  # LLVM's output under canonical names cannot be named back exactly
+            direct.append(n)
+        out.append(named)
+    return out, direct
+
+
+def _canonical_kernels(plan: ModulePlan, llvm: LinkedKernels, todo: list[str]) -> dict:
+    """Each kernel of ``todo``: its IR under canonical names (``kernel_names.CanonicalKernel``),
+    or None where it is compiled under its own."""
+    from .kernel_names import canonical_ir
+    by_name = {k.kernel_name: k for k in plan.unique_kernels}
+    return {n: canonical_ir(llvm.kernel_ir[n], n, hlo_names(by_name[n])) for n in todo}
+
+
+def _canonical_keys(options: CompileOptions, canonical: dict) -> dict[str, str]:
+    """The key of each kernel's entry under its canonical IR: the IR, the options and the tool
+    versions (no name of the module's)."""
+    from .kernel_cache import cache_key, tool_versions
+    versions = tool_versions()
+    return {n: cache_key(CANONICAL_ENTRY, versions, repr(options), c.text) for n, c in canonical.items()
+            if c is not None}
+
+
+def _restored(c, llvm_opt: str, ptx: str, seconds: dict | None = None):
+    """A ``PtxResult`` of LLVM's output for canonical kernel ``c`` under the kernel's names, or
+    None where they cannot be put back exactly."""
+    from .kernel_names import restore_ir, restore_ptx
+    from .targets.nvptx.ptx import PtxResult
+    named_ir = restore_ir(llvm_opt, c)
+    named_ptx = None if named_ir is None else restore_ptx(ptx, c)
+    return None if named_ptx is None else PtxResult(llvm_opt=named_ir, ptx=named_ptx, seconds=seconds or {})
+
+
+def _compile(options: CompileOptions, env: StageEnv, kernels: list[tuple[str, str]]) -> list:
+    """``compile_kernels`` on ``(kernel name, IR)`` pairs, reporting progress."""
+    from .targets.nvptx.kernels import compile_kernels
+    if not kernels:
+        return []
+    return compile_kernels(kernels, options.arch, options.opt_level, jobs=env.jobs,
+                           progress=lambda done, total: env.report("llvm-opt", done, total), compile_one=compile_to_ptx)
 
 
 def _ptx(options: CompileOptions, plan: ModulePlan, optimized: OptimizedKernels) -> StageOutput:

@@ -110,7 +110,7 @@ def test_cli_cache_dir_and_no_cache(tmp_path):
     d = tmp_path / "c"
     r1 = runner.invoke(compile_main, [str(GELU), "--emit=ptx", "--cache-dir", str(d)])
     assert r1.exit_code == 0, r1.output
-    assert len(KernelCache(d).entries()) == 2  # the llvm-opt stage and the whole result
+    assert len(KernelCache(d).entries()) == 3  # the kernel under its names and canonical ones, the whole result
     r2 = runner.invoke(compile_main, [str(GELU), "--emit=ptx", "--cache-dir", str(d)])
     assert r2.exit_code == 0 and r2.stdout == r1.stdout
     e = tmp_path / "none"
