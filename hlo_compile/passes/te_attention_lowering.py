@@ -19,7 +19,8 @@ from ..hlo import HloComputation, HloInstruction, HloModule
 from ..hlo.library_targets import TE_ATTENTION_TARGETS
 from ..hlo.shape import Shape
 from ..hlo.te_attention_call import TeAttentionCall, check_private_flows, te_attention_call
-from .fmha_lowering import AttentionBuilder, attention_backward, attention_forward, replace_call
+from .attention_math import AttentionBuilder
+from .fmha_lowering import attention_backward, attention_forward, replace_call
 
 
 def check_module(module: HloModule) -> None:

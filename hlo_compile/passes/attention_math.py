@@ -1,0 +1,257 @@
+"""What the attention lowerings share (``fmha_lowering.py``, whole; ``fmha_chunked.py``, over
+chunks of keys): the builder of one call's new instructions, the operands brought to canonical
+f32 ``[B, N, seq, H]``, and the masked scores of all keys or of one chunk.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..hlo import HloComputation, HloInstruction
+from ..hlo.attributes import Attribute, decode
+from ..hlo.fmha_call import FmhaCall, Roles
+from ..hlo.rewrite import NameScope, add_computation, module_of, new_instruction
+from ..hlo.shape import Shape
+
+F32 = "f32"
+
+
+# ---- inputs and scores -------------------------------------------------------------------------------
+
+def attention_inputs(b: AttentionBuilder, info: FmhaCall) -> tuple[HloInstruction, HloInstruction, HloInstruction]:
+    """Q, K, V as f32 ``[B, N, seq, H]`` (K and V broadcast over each head group)."""
+    ops = b.operands
+    q = b.canonical(ops[info.q], info.q_roles)
+    k = b.all_heads(b.canonical(ops[info.k], info.k_roles), info.group)
+    v = b.all_heads(b.canonical(ops[info.v], info.v_roles), info.group)
+    return q, k, v
+
+
+def attention_scores(b: AttentionBuilder, info: FmhaCall, q: HloInstruction, k: HloInstruction,
+                     keys: KeyRange | None = None) -> tuple[HloInstruction, bool]:
+    """``scale * Q.K^T + bias``, -inf where masked: f32 ``[B, N, T, S]`` (``[B, N, T, C]`` for
+    the chunk of keys ``keys``); and whether a row can hold -inf scores (a mask or a bias)."""
+    dims = tuple(q.shape.dimensions[:3]) + (k.shape.dimensions[2],)
+    s = b.dot(q, k, (3,), (3,))
+    s = b.binary("multiply", s, b.splat(b.f32(info.scale), dims))
+    bias = keys.bias if keys is not None else (b.operands[info.bias] if info.bias is not None else None)
+    if bias is not None:
+        s = b.binary("add", s, b.bias(bias, dims))
+    masked = attention_mask(b, info, dims, keys)
+    if masked is not None:
+        s = b.select(masked, b.splat(b.f32(float("-inf")), dims), s)
+    return s, masked is not None or bias is not None
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """The keys a chunked lowering's loop step reads: from ``start`` (s32 scalar), keys at or
+    past ``valid`` are the padding of a last partial chunk; ``bias`` the bias's chunk."""
+
+    start: HloInstruction
+    valid: int | None
+    bias: HloInstruction | None
+
+
+def attention_mask(b: AttentionBuilder, info: FmhaCall, dims, keys: KeyRange | None = None) -> HloInstruction | None:
+    """pred ``dims`` (``[B, N, T, S]`` or a chunk of keys): the scores cuDNN sets to -inf (and
+    a last chunk's padding keys), or None."""
+    parts = []
+    pads = keys is not None and keys.valid is not None
+    if info.causal or info.window > 0 or info.padding or pads:
+        row, col = b.iota(dims, 2), b.iota(dims, 3)
+        if keys is not None:                       # key positions of the chunk
+            col = b.binary("add", col, b.splat(keys.start, dims))
+        if info.causal:                            # key after query (top-left aligned)
+            parts.append(b.compare(col, row, "GT"))
+        if info.window > 0:                        # key at or before i - window
+            start = b.binary("subtract", row, b.splat(b.constant("s32", str(info.window)), dims))
+            parts.append(b.compare(col, start, "LE"))
+        if info.padding:                           # key beyond kv_seqlen[b]; query row beyond q_seqlen[b]
+            kv_len = b.broadcast(b.operands[info.kv_seqlen], dims, (0,))
+            q_len = b.broadcast(b.operands[info.q_seqlen], dims, (0,))
+            parts.append(b.compare(col, kv_len, "GE"))
+            parts.append(b.compare(row, q_len, "GE"))
+        if pads:                                   # past the last key
+            parts.append(b.compare(col, b.splat(b.constant("s32", str(keys.valid)), dims), "GE"))
+    if not parts:
+        return None
+    out = parts[0]
+    for p in parts[1:]:
+        out = b.binary("or", out, p)
+    return out
+
+
+# ---- building instructions --------------------------------------------------------------------
+
+def f32_text(x: float) -> str:
+    """``x`` rounded to f32, as a literal that reads back to the same f32."""
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return repr(struct.unpack("<f", struct.pack("<f", x))[0])
+
+
+def braces(values: Sequence[int]) -> str:
+    return "{" + ",".join(str(v) for v in values) + "}"
+
+
+class AttentionBuilder:
+    """New instructions for one call, in order, named ``<call>.<what>``; the reductions'
+    computations are added to the module before ``comp``."""
+
+    def __init__(self, comp: HloComputation, call: HloInstruction):
+        self.comp, self.call = comp, call
+        self.operands: list[HloInstruction] = list(call.operands)   # what the math reads (extendable)
+        self.module = module_of(comp)
+        self.names = NameScope.of_instructions(self.module.computations)
+        self.new: list[HloInstruction] = []
+        self._reducers: dict[str, HloComputation] = {}
+        self._constants: dict[tuple[str, str], HloInstruction] = {}
+
+    def fork(self) -> AttentionBuilder:
+        """A builder of the same call for another computation (a loop's body or condition):
+        its own instruction list and constants; names and reduction computations shared."""
+        other = copy.copy(self)
+        other.operands = list(self.operands)
+        other.new, other._constants = [], {}
+        return other
+
+    def add(self, what: str, opcode: str, shape: Shape, operands, literal: str | None = None,
+            **raw_attrs: str) -> HloInstruction:
+        attrs = {k: Attribute(k, raw, decode(k, raw)) for k, raw in raw_attrs.items()}
+        inst = new_instruction(self.names.fresh(f"{self.call.name}.{what}"), opcode, shape, operands, attrs,
+                               like=self.call, literal_text=literal)
+        self.new.append(inst)
+        return inst
+
+    # constants and shapes
+    def constant(self, et: str, text: str) -> HloInstruction:
+        key = (et, text)
+        if key not in self._constants:
+            self._constants[key] = self.add("constant", "constant", Shape.array(et, ()), [], literal=text)
+        return self._constants[key]
+
+    def f32(self, x: float) -> HloInstruction:
+        return self.constant(F32, f32_text(x))
+
+    def splat(self, scalar: HloInstruction, shape_or_dims) -> HloInstruction:
+        shape = shape_or_dims if isinstance(shape_or_dims, Shape) else \
+            Shape.array(scalar.shape.element_type, shape_or_dims)
+        return self.add("broadcast", "broadcast", shape, [scalar], dimensions="{}")
+
+    def broadcast(self, x: HloInstruction, dims, kept: Sequence[int]) -> HloInstruction:
+        """``x`` broadcast to ``dims``, its dimension ``i`` becoming dimension ``kept[i]``."""
+        return self.add("broadcast", "broadcast", Shape.array(x.shape.element_type, dims), [x],
+                        dimensions=braces(kept))
+
+    def reshape(self, x: HloInstruction, dims) -> HloInstruction:
+        if tuple(x.shape.dimensions) == tuple(dims):
+            return x
+        return self.add("reshape", "reshape", Shape.array(x.shape.element_type, dims), [x])
+
+    def transpose(self, x: HloInstruction, perm: Sequence[int]) -> HloInstruction:
+        if tuple(perm) == tuple(range(len(perm))):
+            return x
+        dims = [x.shape.dimensions[p] for p in perm]
+        return self.add("transpose", "transpose", Shape.array(x.shape.element_type, dims), [x],
+                        dimensions=braces(perm))
+
+    def iota(self, dims, axis: int) -> HloInstruction:
+        return self.add("iota", "iota", Shape.array("s32", dims), [], iota_dimension=str(axis))
+
+    def relayout(self, x: HloInstruction, shape: Shape) -> HloInstruction:
+        """``x`` (of ``shape``'s dimensions and type) in ``shape``'s layout."""
+        if x.shape == shape:
+            return x
+        return self.add("copy", "copy", shape, [x])
+
+    # arithmetic
+    def convert(self, x: HloInstruction, et: str) -> HloInstruction:
+        if x.shape.element_type == et:
+            return x
+        return self.add("convert", "convert", Shape.array(et, x.shape.dimensions), [x])
+
+    def unary(self, opcode: str, x: HloInstruction) -> HloInstruction:
+        return self.add(opcode, opcode, Shape.array(x.shape.element_type, x.shape.dimensions), [x])
+
+    def binary(self, opcode: str, x: HloInstruction, y: HloInstruction) -> HloInstruction:
+        return self.add(opcode, opcode, Shape.array(x.shape.element_type, x.shape.dimensions), [x, y])
+
+    def compare(self, x: HloInstruction, y: HloInstruction, direction: str) -> HloInstruction:
+        return self.add("compare", "compare", Shape.array("pred", x.shape.dimensions), [x, y], direction=direction)
+
+    def select(self, p: HloInstruction, x: HloInstruction, y: HloInstruction) -> HloInstruction:
+        return self.add("select", "select", Shape.array(x.shape.element_type, x.shape.dimensions), [p, x, y])
+
+    def where_equal(self, x: HloInstruction, value: float, replacement: float) -> HloInstruction:
+        """``x`` with the elements equal to ``value`` replaced by ``replacement``."""
+        dims = x.shape.dimensions
+        hit = self.compare(x, self.splat(self.f32(value), dims), "EQ")
+        return self.select(hit, self.splat(self.f32(replacement), dims), x)
+
+    def dot(self, lhs: HloInstruction, rhs: HloInstruction, lhs_contracting: Sequence[int],
+            rhs_contracting: Sequence[int]) -> HloInstruction:
+        """A dot of two canonical rank-4 f32 values batched over (batch, heads)."""
+        def free(x: HloInstruction, contracting: Sequence[int]) -> list[int]:
+            return [d for i, d in enumerate(x.shape.dimensions) if i not in (0, 1, *contracting)]
+        dims = list(lhs.shape.dimensions[:2]) + free(lhs, lhs_contracting) + free(rhs, rhs_contracting)
+        return self.add("dot", "dot", Shape.array(F32, dims), [lhs, rhs], lhs_batch_dims="{0,1}",
+                        rhs_batch_dims="{0,1}", lhs_contracting_dims=braces(lhs_contracting),
+                        rhs_contracting_dims=braces(rhs_contracting))
+
+    def reduce(self, x: HloInstruction, kind: str, init: HloInstruction, *axes: int) -> HloInstruction:
+        dims = [d for i, d in enumerate(x.shape.dimensions) if i not in axes]
+        comp = self.reducer(kind)
+        inst = self.add("reduce", "reduce", Shape.array(F32, dims), [x, init], dimensions=braces(axes))
+        inst.attributes["to_apply"] = Attribute("to_apply", f"%{comp.name}", comp)
+        return inst
+
+    def reducer(self, kind: str) -> HloComputation:
+        """The f32 ``add`` or ``maximum`` reduction computation (made once per call)."""
+        if kind not in self._reducers:
+            scalar = Shape.array(F32, ())
+            x = new_instruction(self.names.fresh(f"{self.call.name}.{kind}.lhs"), "parameter", scalar,
+                                parameter_number=0)
+            y = new_instruction(self.names.fresh(f"{self.call.name}.{kind}.rhs"), "parameter", scalar,
+                                parameter_number=1)
+            r = new_instruction(self.names.fresh(f"{self.call.name}.{kind}"), kind, scalar, [x, y])
+            comp_names = NameScope.of_computations(self.module)
+            comp = HloComputation(comp_names.fresh(f"{self.call.name}.{kind}_computation"), [x, y, r], r)
+            add_computation(self.module, comp, before=self.comp)
+            self._reducers[kind] = comp
+        return self._reducers[kind]
+
+    # attention pieces
+    def canonical(self, x: HloInstruction, roles: Roles) -> HloInstruction:
+        """A rank-4 operand as f32 ``[batch, heads, seq, feature]``."""
+        return self.convert(self.transpose(x, roles.to_canonical), F32)
+
+    def all_heads(self, x: HloInstruction, group: int) -> HloInstruction:
+        """``[B, Nk, S, H]`` -> ``[B, Nk * group, S, H]``: query head ``h`` reads head ``h // group``."""
+        if group == 1:
+            return x
+        B, Nk, S, H = x.shape.dimensions
+        wide = self.broadcast(x, (B, Nk, group, S, H), (0, 1, 3, 4))
+        return self.reshape(wide, (B, Nk * group, S, H))
+
+    def group_sum(self, x: HloInstruction, group: int) -> HloInstruction:
+        """``[B, N, S, H]`` -> ``[B, N / group, S, H]``: the sum over each head group."""
+        if group == 1:
+            return x
+        B, N, S, H = x.shape.dimensions
+        split = self.reshape(x, (B, N // group, group, S, H))
+        return self.reduce(split, "add", self.f32(0.0), 2)
+
+    def bias(self, bias: HloInstruction, dims) -> HloInstruction:
+        """The bias as f32 ``dims``, broadcast over its size-1 batch or head dimension."""
+        kept = [d for d in range(4) if bias.shape.dimensions[d] == dims[d]]
+        x = self.convert(bias, F32)
+        x = self.reshape(x, [dims[d] for d in kept])
+        if len(kept) == 4:
+            return x
+        return self.broadcast(x, dims, kept)
