@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from .hlo.errors import HloUnsupportedError
 
@@ -71,7 +72,10 @@ class DumpWriter:
             name = name[:self.MAX_NAME - len(suffix) - 14] + "." + digest + "." + suffix
         return safe_file_name(name)
 
-    def write(self, suffix: str, data: str | bytes, kernel: str | None = None) -> Path:
+    def write(self, suffix: str, data: str | bytes | Iterable[str], kernel: str | None = None) -> Path:
+        """Write ``data`` as the file of ``suffix`` (and ``kernel``); text given in pieces
+        (``stages.StreamedText.chunks``) is written as each is made, into a temporary file
+        renamed into place at the end: a failure leaves no file."""
         name = self.file_name(suffix, kernel)
         suffix = suffix.replace("{arch}", xla_arch_name(self.arch))
         if name in self.written:
@@ -84,10 +88,25 @@ class DumpWriter:
             raise HloUnsupportedError(f"refusing to write {name!r} outside {self.root}")
         if isinstance(data, bytes):
             path.write_bytes(data)
-        else:
+        elif isinstance(data, str):
             path.write_text(data)
+        else:
+            _write_pieces(path, data)
         self.written[name] = path
         return path
+
+
+def _write_pieces(path: Path, pieces: Iterable[str]) -> None:
+    """``path.write_text("".join(pieces))`` without holding the whole text."""
+    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    try:
+        with open(tmp, "w") as f:  # (as ``Path.write_text``: the same encoding and newlines)
+            for piece in pieces:
+                f.write(piece)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 class DumpDirectory:

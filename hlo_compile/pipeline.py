@@ -24,7 +24,7 @@ from .hlo.errors import HloError, HloUnsupportedError
 from .kernel_cache import KernelCache
 from .options import CompileOptions
 from .stages import (SOURCE, STAGES, LazyText, OptimizedKernels, Stage, StageEnv, StageOutput, StageUnavailable,
-                     split_ptx, text_of)
+                     StreamedText, split_ptx, text_of)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .codegen.compiler import ModulePlan
@@ -168,7 +168,11 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
                 progress(s.name, 0, 0)  # a stage begins
             try:
                 out = _run_stage(s, options, [values[n] for n in s.needs], result, env)
-                if isinstance(out.text, LazyText) and (result.writer is not None or s is wanted):
+                streamed = (isinstance(out.text, StreamedText) and result.writer is not None
+                            and s.dump_suffix is not None and s is not wanted)
+                if streamed:  # dumped piece by piece, never whole: here, where its failure is this stage's
+                    result.writer.write(s.dump_suffix, out.text.chunks())
+                elif isinstance(out.text, LazyText) and (result.writer is not None or s is wanted):
                     out.text()  # printed or dumped: made here, where its failure is this stage's
             except StageUnavailable as e:
                 cannot_run(s, str(e), e.detail)
@@ -180,7 +184,7 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
                 continue
             _record(result, s, out, time.perf_counter() - t0)
             values[s.name] = out.value
-            if result.writer is not None and s.dump_suffix is not None:
+            if result.writer is not None and s.dump_suffix is not None and not streamed:
                 _write_stage(result.writer, s, out)
     finally:
         if dump is not None and result.summary is None:

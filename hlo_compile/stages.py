@@ -13,10 +13,10 @@ ptxas for ``cubin``) raises ``StageUnavailable`` saying why.
 """
 from __future__ import annotations
 
-import json
+import itertools
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from .options import CompileOptions
 
@@ -67,6 +67,22 @@ class LazyText:
         if self._make is not None:
             self._text, self._make = self._make(), None
         return self._text
+
+
+class StreamedText(LazyText):
+    """A printable form made in pieces: ``--dump-to`` writes the pieces as they are made and
+    drops them (``chunks``), so a large module's indexing maps (Llama 8B's: 177 MB of JSON,
+    several times that as objects) are never held whole; printed, it is made whole."""
+
+    def __init__(self, pieces: Callable[[], Iterable[str]]):
+        super().__init__(lambda: "".join(pieces()))
+        self._pieces = pieces
+
+    def chunks(self) -> Iterator[str]:
+        """The text in pieces, each made when asked for (the whole text if already made)."""
+        if self._text is not None:
+            return iter((self._text,))
+        return iter(self._pieces())
 
 
 def text_of(text: str | bytes | LazyText | None) -> str | bytes | None:
@@ -162,15 +178,15 @@ def _fusions(options: CompileOptions, module: HloModule) -> StageOutput:
 
 
 def _indexing(options: CompileOptions, source: HloModule) -> StageOutput:
-    from .indexing.report import indexing_report_text
-    text = indexing_report_text(source)
+    from .indexing.report import indexing_report_text_pieces
+    text = StreamedText(lambda: indexing_report_text_pieces(source))
     return StageOutput(text, text)
 
 
 def _indexing_json(options: CompileOptions, source: HloModule) -> StageOutput:
-    from .indexing.report import indexing_report_json
-    report = indexing_report_json(source)
-    return StageOutput(report, json.dumps(report, indent=1) + "\n")
+    from .indexing.report import indexing_report_json_pieces
+    text = StreamedText(lambda: itertools.chain(indexing_report_json_pieces(source), ("\n",)))
+    return StageOutput(text, text)
 
 
 KERNEL_ENTRY = "kernel-3"  # a kernel's entry under its names: IR, optimised IR, PTX
