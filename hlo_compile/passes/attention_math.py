@@ -85,6 +85,25 @@ def attention_mask(b: AttentionBuilder, info: FmhaCall, dims, keys: KeyRange | N
     return out
 
 
+def attention_output(b: AttentionBuilder, info: FmhaCall, acc: HloInstruction, m: HloInstruction,
+                     total: HloInstruction, can_be_empty: bool) -> list[HloInstruction]:
+    """The forward's results from the unnormalised output ``acc = exp(S - m) V``, the row
+    maximum ``m`` and sum ``total = rowsum(exp(S - m))``: O = acc / total in the input type (0
+    on a row with no key: ``total`` taken as 1 where it is 0), [stats = m + log(total), 0 on
+    padded query rows, which cuDNN leaves as XLA zero-filled them]."""
+    l_safe = b.where_equal(total, 0.0, 1.0) if can_be_empty else total
+    o = b.binary("divide", acc, b.broadcast(l_safe, acc.shape.dimensions, (0, 1, 2)))
+    out = [b.convert(o, info.element_type)]
+    if info.stats is not None:
+        stats = b.binary("add", m, b.unary("log", total))
+        if info.padding:
+            rows = m.shape.dimensions
+            padded = b.compare(b.iota(rows, 2), b.broadcast(b.operands[info.q_seqlen], rows, (0,)), "GE")
+            stats = b.select(padded, b.splat(b.f32(0.0), rows), stats)
+        out.append(stats)
+    return out
+
+
 # ---- building instructions --------------------------------------------------------------------
 
 def f32_text(x: float) -> str:

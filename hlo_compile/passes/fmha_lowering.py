@@ -20,6 +20,10 @@ every intermediate in f32 and the scores ``[B, N, T, S]``:
 Results are converted to their element types and copied to their declared layouts (JAX
 gives O ``[B,N,T,H]{3,1,2,0}``). The fusion pass that runs next groups these lone ops into
 kernels; the dots become dot kernels.
+
+Where the f32 scores would take more than ``fmha_chunked.SCORES_LIMIT`` bytes (Llama 3.1 8B's:
+16 GiB each), the same math runs as a ``while`` loop over chunks of keys (``fmha_chunked.py``);
+the lowering functions take the limit (and a forced chunk) as parameters.
 """
 from __future__ import annotations
 
@@ -30,15 +34,26 @@ from ..hlo.fmha_call import FmhaCall, fmha_call
 from ..hlo.library_targets import FMHA_TARGETS
 from ..hlo.rewrite import insert_instructions, remove_dead, replace_instructions, replace_uses, take_name
 from ..hlo.shape import Shape
-from .attention_math import F32, AttentionBuilder, attention_inputs, attention_scores
+from .attention_math import F32, AttentionBuilder, attention_inputs, attention_output, attention_scores
+from .fmha_chunked import SCORES_LIMIT, chunked_backward, chunked_forward, key_chunk
 
 
-def lower_fmha(comp: HloComputation, call: HloInstruction) -> None:
-    """Replace the fused-attention custom call ``call`` of ``comp`` by plain HLO."""
+def lower_fmha(comp: HloComputation, call: HloInstruction, *, limit: int = SCORES_LIMIT,
+               chunk: int | None = None) -> None:
+    """Replace the fused-attention custom call ``call`` of ``comp`` by plain HLO: whole, or over
+    chunks of keys where the scores exceed ``limit`` bytes (``chunk``: that many keys a step
+    whatever the size, for tests)."""
     info = fmha_call(call)
     b = AttentionBuilder(comp, call)
-    leaves = attention_backward(b, info) if info.backward else attention_forward(b, info)
-    replace_call(b, leaves, info.result_shapes)
+    lower = attention_backward if info.backward else attention_forward
+    replace_call(b, lower(b, info, limit=limit, chunk=chunk), info.result_shapes)
+
+
+def keys_per_step(info: FmhaCall, limit: int = SCORES_LIMIT, chunk: int | None = None) -> int | None:
+    """The chunk of keys a loop step takes for ``info``; None: lowered whole (also when a
+    forced ``chunk`` covers every key)."""
+    c = chunk if chunk is not None else key_chunk(info, limit)
+    return c if c is not None and c < info.kv_len else None
 
 
 def replace_call(b: AttentionBuilder, leaves: list[HloInstruction], result_shapes: Sequence[Shape]) -> None:
@@ -65,8 +80,12 @@ LOWERINGS: dict[str, Callable[[HloComputation, HloInstruction], None]] = {t: low
 
 # ---- the math -------------------------------------------------------------------------------
 
-def attention_forward(b: AttentionBuilder, info: FmhaCall) -> list[HloInstruction]:
+def attention_forward(b: AttentionBuilder, info: FmhaCall, *, limit: int = SCORES_LIMIT,
+                      chunk: int | None = None) -> list[HloInstruction]:
     """The forward's result values: O ``[B, N, T, H]`` in the input type, [stats f32 ``[B, N, T]``]."""
+    c = keys_per_step(info, limit, chunk)
+    if c is not None:
+        return chunked_forward(b, info, c)
     q, k, v = attention_inputs(b, info)
     s, can_be_empty = attention_scores(b, info, q, k)
     dims = info.scores_dims
@@ -74,22 +93,15 @@ def attention_forward(b: AttentionBuilder, info: FmhaCall) -> list[HloInstructio
     m_safe = b.where_equal(m, float("-inf"), 0.0) if can_be_empty else m
     e = b.unary("exponential", b.binary("subtract", s, b.broadcast(m_safe, dims, (0, 1, 2))))
     total = b.reduce(e, "add", b.f32(0.0), 3)
-    l_safe = b.where_equal(total, 0.0, 1.0) if can_be_empty else total
-    o = b.dot(e, v, (3,), (2,))
-    o = b.binary("divide", o, b.broadcast(l_safe, o.shape.dimensions, (0, 1, 2)))
-    out = [b.convert(o, info.element_type)]
-    if info.stats is not None:
-        stats = b.binary("add", m, b.unary("log", total))
-        if info.padding:
-            rows = m.shape.dimensions
-            padded = b.compare(b.iota(rows, 2), b.broadcast(b.operands[info.q_seqlen], rows, (0,)), "GE")
-            stats = b.select(padded, b.splat(b.f32(0.0), rows), stats)
-        out.append(stats)
-    return out
+    return attention_output(b, info, b.dot(e, v, (3,), (2,)), m, total, can_be_empty)
 
 
-def attention_backward(b: AttentionBuilder, info: FmhaCall) -> list[HloInstruction]:
+def attention_backward(b: AttentionBuilder, info: FmhaCall, *, limit: int = SCORES_LIMIT,
+                       chunk: int | None = None) -> list[HloInstruction]:
     """The backward's result values: dQ, dK, dV (canonical order, the input type), [dBias]."""
+    c = keys_per_step(info, limit, chunk)
+    if c is not None:
+        return chunked_backward(b, info, c)
     ops = b.operands
     q, k, v = attention_inputs(b, info)
     d_o = b.canonical(ops[info.d_o], info.do_roles)

@@ -20,6 +20,7 @@ from ..hlo.library_targets import TE_ATTENTION_TARGETS
 from ..hlo.shape import Shape
 from ..hlo.te_attention_call import TeAttentionCall, check_private_flows, te_attention_call
 from .attention_math import AttentionBuilder
+from .fmha_chunked import SCORES_LIMIT
 from .fmha_lowering import attention_backward, attention_forward, replace_call
 
 
@@ -36,22 +37,24 @@ def check_module(module: HloModule) -> None:
         check_private_flows(module)
 
 
-def lower_te_attention(comp: HloComputation, call: HloInstruction) -> None:
+def lower_te_attention(comp: HloComputation, call: HloInstruction, *, limit: int = SCORES_LIMIT,
+                       chunk: int | None = None) -> None:
     """Replace the TE attention call ``call`` of ``comp`` by plain HLO (its private-leaf
-    checks were made by ``check_module``)."""
+    checks were made by ``check_module``): whole, or over chunks of keys where the scores
+    exceed ``limit`` bytes (``chunk``: forced, for tests)."""
     info = te_attention_call(call)
     b = AttentionBuilder(comp, call)
     b.operands += _fmha_operands(b, info)
     shapes = info.result_shapes
     if info.backward:
-        dq, dk, dv = attention_backward(b, info.fmha)
+        dq, dk, dv = attention_backward(b, info.fmha, limit=limit, chunk=chunk)
         empty = b.splat(b.constant(shapes[3].element_type, "0"), shapes[3])
         if info.packed_kv:
             leaves = [_bshd(b, dq), _packed(b, _bshd(b, dk), _bshd(b, dv)), empty, empty]
         else:
             leaves = [_bshd(b, dq), _bshd(b, dk), _bshd(b, dv), empty]
     else:
-        o, stats = attention_forward(b, info.fmha)
+        o, stats = attention_forward(b, info.fmha, limit=limit, chunk=chunk)
         aux = b.reshape(stats, shapes[1].dimensions)
         rng = b.splat(b.constant(shapes[2].element_type, "0"), shapes[2])
         leaves = [_bshd(b, o), aux, rng]
