@@ -234,17 +234,6 @@ def _names_text(fusion) -> str:
     return "\n".join(comp.name + ":" + ",".join(i.name for i in comp.instructions) for comp in _called(fusion))
 
 
-def hlo_names(k) -> list[str]:
-    """The HLO names a kernel's IR can hold: its fusion's, its operands', and those of the
-    computations it calls and their instructions (``kernel_names.canonical_ir`` renames the
-    IR's names holding one of them, or the kernel's name)."""
-    names = [k.fusion.name, k.kernel_name, *(o.name for o in k.fusion.operands)]
-    for comp in _called(k.fusion):
-        names.append(comp.name)
-        names.extend(i.name for i in comp.instructions)
-    return names
-
-
 def _entry(cache, key: str, fields: tuple[str, ...]) -> tuple[str, ...] | None:
     """The texts ``fields`` of a cache entry, or None (absent, damaged or another layout)."""
     from .kernel_cache import unpack
@@ -306,7 +295,7 @@ def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels, *,
     names = [k.kernel_name for k in plan.unique_kernels]
     todo = [n for n in names if n not in llvm.cached]
     t0 = time.perf_counter()
-    canonical = _canonical_kernels(plan, llvm, todo)
+    canonical = _canonical_kernels(llvm, todo)
     ckeys = _canonical_keys(options, canonical) if env.cache is not None else {}
     results, fresh = dict(llvm.cached), []
     for n in todo:
@@ -368,12 +357,11 @@ def _compile_fresh(options: CompileOptions, env: StageEnv, llvm: LinkedKernels, 
     return out, direct
 
 
-def _canonical_kernels(plan: ModulePlan, llvm: LinkedKernels, todo: list[str]) -> dict:
+def _canonical_kernels(llvm: LinkedKernels, todo: list[str]) -> dict:
     """Each kernel of ``todo``: its IR under canonical names (``kernel_names.CanonicalKernel``),
     or None where it is compiled under its own."""
     from .kernel_names import canonical_ir
-    by_name = {k.kernel_name: k for k in plan.unique_kernels}
-    return {n: canonical_ir(llvm.kernel_ir[n], n, hlo_names(by_name[n])) for n in todo}
+    return {n: canonical_ir(llvm.kernel_ir[n], n) for n in todo}
 
 
 def _canonical_keys(options: CompileOptions, canonical: dict) -> dict[str, str]:
