@@ -361,6 +361,23 @@ def test_lowered_module_means_the_call():
         assert max_error(g, w) <= BOUND, name
 
 
+def test_lowered_over_chunks_of_keys_is_attention():
+    """The scores limited below their size: the calls lowered as loops over chunks of keys
+    (passes/fmha_chunked.py, 16 keys a step: the fourth holds keys 48-51 and padding), on host against the
+    float64 numpy attention and jax.grad."""
+    from hlo_compile.passes.te_attention_lowering import check_module, lower_te_attention
+    c = Case(mask="PADDING_CAUSAL", T=40, S=52, N=4, G=2, D=32)
+    module = parse_module(module_text(c))
+    check_module(module)
+    for call in _te_calls(module):
+        lower_te_attention(module.entry, call, limit=4 * c.B * c.N * c.q_len * 16)
+    assert sum(i.opcode == "while" for i in module.entry.instructions) == 2
+    args = make_inputs(c, 17, [40, 23], [52, 30])
+    ref = reference(c, args) | jax_grads(c, args)
+    for name, g in zip(names(c), flat(compile_executable(module, "host").run(args))):
+        assert max_error(g, ref[name]) <= BOUND, f"{name}: {max_error(g, ref[name]):.3g}"
+
+
 # ---- refusals ---------------------------------------------------------------------------------
 
 def _refusal(c: Case, text: str) -> str:
