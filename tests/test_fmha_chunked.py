@@ -64,7 +64,7 @@ CUDNN = [   # (case, keys per step, q_seqlen, kv_seqlen)
     (Case(layout="BNTH", et="f16", N=4, Nk=2, T=8, S=20, mask="PADDING", bias=(2, 1, 8, 20), backward=True,
           training=True), 6, [8, 5], [17, 3]),
     (Case(T=24, S=16, H=8, mask="CAUSAL", backward=True, training=True), 5, None, None),
-    (Case(et="f16", N=6, Nk=3, T=16, S=24, mask="PADDING_CAUSAL", bias=(1, 1, 16, 24), backward=True,
+    (Case(et="f16", N=6, Nk=3, T=16, S=24, mask="PADDING_CAUSAL", window=5, bias=(1, 1, 16, 24), backward=True,
           training=True), 7, [12, 16], [24, 0]),
     (Case(N=4, Nk=1, T=12, S=30, mask="CAUSAL", window=4, training=True), 4, None, None),
     (Case(layout="BNTH", T=16, S=17, mask="PADDING", bias=(1, 4, 16, 17), backward=True, dbias=False), 3,
