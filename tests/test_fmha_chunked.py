@@ -162,6 +162,8 @@ def test_key_chunk_bounds_the_scores():
     assert key_chunk(info, per_key * 8) == 8 and key_chunk(info, per_key * 5) == 4
     assert key_chunk(info, per_key - 1) == 1       # one key a step at least
     assert keys_per_step(info, chunk=24) is None and keys_per_step(info, chunk=23) == 23
+    with pytest.raises(ValueError):
+        keys_per_step(info, chunk=0)
     # Llama 3.1 8B's attention (B=2, N=32, T=S=8192): 16 GiB of scores whole, 128 keys a step
     assert 4 * 2 * 32 * 8192 * 8192 == 16 * 2 ** 30
     assert 4 * 2 * 32 * 8192 * 128 == SCORES_LIMIT

@@ -52,6 +52,8 @@ def lower_fmha(comp: HloComputation, call: HloInstruction, *, limit: int = SCORE
 def keys_per_step(info: FmhaCall, limit: int = SCORES_LIMIT, chunk: int | None = None) -> int | None:
     """The chunk of keys a loop step takes for ``info``; None: lowered whole (also when a
     forced ``chunk`` covers every key)."""
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"attention lowering: a chunk of {chunk} keys")
     c = chunk if chunk is not None else key_chunk(info, limit)
     return c if c is not None and c < info.kv_len else None
 
