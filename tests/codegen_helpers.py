@@ -16,6 +16,17 @@ from hlo_compile.runtime import compare, literals
 from hlo_compile.runtime.executable import HostPlatform, compile_executable
 
 
+def needs_libdevice() -> None:
+    """Skip the calling test where the ``llvm-opt`` stage cannot run (no llvmlite or libdevice)."""
+    import pytest
+    pytest.importorskip("llvmlite")
+    try:
+        from hlo_compile.targets.nvptx.toolkit import find_libdevice
+        find_libdevice()
+    except Exception:
+        pytest.skip("no libdevice: the llvm-opt stage cannot run here")
+
+
 def filecheck(text: str, checks: str, tmp_path: Path) -> None:
     """In-process FileCheck; on failure the input and checks stay in ``tmp_path`` and the
     message carries the command that reproduces it."""

@@ -16,6 +16,8 @@ from hlo_compile.kernel_names import CanonicalKernel, canonical_ir, ptx_symbol, 
 from hlo_compile.options import CompileOptions
 from hlo_compile.pipeline import run_pipeline
 
+from codegen_helpers import needs_libdevice
+
 # XLA:GPU's style after its fusion passes: two loop fusions of one structure (one kernel), a
 # reduction with its reducer, names as XLA numbers them
 MODULE = """\
@@ -80,13 +82,7 @@ def rename_all(text: str, tag: str = "v2") -> str:
     return "\n".join(lines) + "\n"
 
 
-def _needs_libdevice():
-    pytest.importorskip("llvmlite")
-    try:
-        from hlo_compile.targets.nvptx.toolkit import find_libdevice
-        find_libdevice()
-    except Exception:
-        pytest.skip("no libdevice: the llvm-opt stage cannot run here")
+_needs_libdevice = needs_libdevice
 
 
 def _compile(text: str, cache):

@@ -18,14 +18,10 @@ from hlo_compile.pipeline import run_pipeline
 from hlo_compile.targets.nvptx import kernels as kernels_mod
 from hlo_compile.targets.nvptx.kernels import merge_ptx, ptx_items
 
+from codegen_helpers import needs_libdevice
 
-def _needs_libdevice():
-    pytest.importorskip("llvmlite")
-    try:
-        from hlo_compile.targets.nvptx.toolkit import find_libdevice
-        find_libdevice()
-    except Exception:
-        pytest.skip("no libdevice: the llvm-opt stage cannot run here")
+
+_needs_libdevice = needs_libdevice
 
 
 def _module(n: int, changed: int | None = None) -> str:
