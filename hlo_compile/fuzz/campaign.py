@@ -283,14 +283,14 @@ def write_reproducer(f: Failure, worker: Worker, out: Path, budget: float, timeo
 
 def _save_inputs(text: str, seed: int, path: Path) -> None:
     from ..hlo import parse_module
-    from ..runtime.literals import save_inputs
+    from ..runtime.literals import save_inputs, save_participant_inputs
     from .inputs import make_inputs
-    from .spmd_runner import save_spmd_inputs, spmd_inputs, spmd_world
+    from .spmd_runner import spmd_inputs, spmd_world
     try:
         module = parse_module(text, "<fuzz>")
         world = spmd_world(module)
         if world is not None:  # hlo-run's p{k}.arg{i}
-            save_spmd_inputs(path, spmd_inputs(module, seed, world))
+            save_participant_inputs(path, spmd_inputs(module, seed, world))
             return
         save_inputs(path, make_inputs(module, seed))
     except Exception:  # noqa: BLE001 - a reproducer without inputs is still a reproducer

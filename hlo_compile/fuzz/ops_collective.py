@@ -205,6 +205,21 @@ def _gtes(g: Gen, t: Value, shapes) -> list[Value]:
     return [g.emit("get-tuple-element", s, [t], [f"index={i}"]) for i, s in enumerate(shapes)]
 
 
+def _sync_or_async(g: Gen, grp: Groups, opcode: str, result, ops, attrs, start_shape):
+    """``opcode`` as itself (3 in 4) or as ``opcode-start`` (of ``start_shape``) and ``-done``."""
+    form = g.weighted({"sync": 3, "async": 1})
+    _note(g, grp, f"{opcode}-{form}")
+    if form == "async":
+        start = g.emit(f"{opcode}-start", start_shape, ops, attrs)
+        return g.emit(f"{opcode}-done", result, [start])
+    return g.emit(opcode, result, ops, attrs)
+
+
+def _sugar_start(x, result):
+    """The shape of the ``X-start`` sugar of a one-operand collective: ((operand), result, s32[])."""
+    return FTuple((FTuple((x,)), result, scalar("s32")))
+
+
 def _note(g: Gen, grp: Groups, opcode: str) -> None:
     g.stats.features.add(f"groups-{grp.spelling}")
     g.stats.features.add(f"mode-{grp.mode}")
@@ -223,13 +238,7 @@ def gen_all_reduce(g: Gen) -> Value:
     comp = sc.reducer(g.mb, kind, et)
     shapes = [_result(g, o.shape) for o in ops]
     attrs = grp.attrs + [f"to_apply={comp.name}"]
-    form = g.weighted({"sync": 3, "async": 1})
-    _note(g, grp, f"all-reduce-{form}")
-    if form == "async":
-        start = g.emit("all-reduce-start", _one_or_tuple(shapes), ops, attrs)
-        out = g.emit("all-reduce-done", _one_or_tuple(shapes), [start])
-    else:
-        out = g.emit("all-reduce", _one_or_tuple(shapes), ops, attrs)
+    out = _sync_or_async(g, grp, "all-reduce", _one_or_tuple(shapes), ops, attrs, _one_or_tuple(shapes))
     return _gtes(g, out, shapes)[-1] if len(shapes) > 1 else out
 
 
@@ -247,15 +256,9 @@ def gen_all_gather(g: Gen) -> Value:
     shapes = [_result(g, o.shape, tuple(x * grp.size if i == d else x for i, x in enumerate(o.shape.dims)))
               for o in ops]
     attrs = grp.attrs + [f"dimensions={{{d}}}"]
-    form = g.weighted({"sync": 3, "async": 1})
-    _note(g, grp, f"all-gather-{form}")
-    if form == "async":
-        start_shape = FTuple((ops[0].shape, shapes[0])) if len(ops) == 1 else \
-            FTuple((FTuple(tuple(o.shape for o in ops)), FTuple(tuple(shapes))))
-        start = g.emit("all-gather-start", start_shape, ops, attrs)
-        out = g.emit("all-gather-done", _one_or_tuple(shapes), [start])
-    else:
-        out = g.emit("all-gather", _one_or_tuple(shapes), ops, attrs)
+    start_shape = FTuple((ops[0].shape, shapes[0])) if len(ops) == 1 else \
+        FTuple((FTuple(tuple(o.shape for o in ops)), FTuple(tuple(shapes))))
+    out = _sync_or_async(g, grp, "all-gather", _one_or_tuple(shapes), ops, attrs, start_shape)
     return _gtes(g, out, shapes)[-1] if len(shapes) > 1 else out
 
 
@@ -267,12 +270,7 @@ def gen_reduce_scatter(g: Gen) -> Value:
     comp = sc.reducer(g.mb, kind, x.shape.et)
     shape = _result(g, x.shape, tuple(v // grp.size if i == d else v for i, v in enumerate(x.shape.dims)))
     attrs = grp.attrs + [f"dimensions={{{d}}}", f"to_apply={comp.name}"]
-    form = g.weighted({"sync": 3, "async": 1})
-    _note(g, grp, f"reduce-scatter-{form}")
-    if form == "async":  # the X-start/X-done sugar: ((operands), result, s32[])
-        start = g.emit("reduce-scatter-start", FTuple((FTuple((x.shape,)), shape, scalar("s32"))), [x], attrs)
-        return g.emit("reduce-scatter-done", shape, [start])
-    return g.emit("reduce-scatter", shape, [x], attrs)
+    return _sync_or_async(g, grp, "reduce-scatter", shape, [x], attrs, _sugar_start(x.shape, shape))
 
 
 @op_generator("all-to-all", weight=3, nested=False, spmd=True)
@@ -296,7 +294,7 @@ def gen_all_to_all(g: Gen) -> Value:
     attrs = grp.attrs + [f"dimensions={{{d}}}"]
     if g.chance(0.25):  # the X-start/X-done sugar
         _note(g, grp, "all-to-all-async")
-        start = g.emit("all-to-all-start", FTuple((FTuple((x.shape,)), shape, scalar("s32"))), [x], attrs)
+        start = g.emit("all-to-all-start", _sugar_start(x.shape, shape), [x], attrs)
         return g.emit("all-to-all-done", shape, [start])
     _note(g, grp, "all-to-all-array")
     return g.emit("all-to-all", shape, [x], attrs)

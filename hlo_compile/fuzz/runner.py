@@ -120,18 +120,24 @@ def run_reference(module, args, seed: int):
     return _leaves(evaluate_module(module, args, seed=seed))
 
 
-def run_host(text: str, args, fusion: bool, emitters: list | None = None) -> list[np.ndarray]:
-    """``text`` compiled for and run on the host target (buffers guarded, ``guard.py``); the
-    emitter of each kernel is appended to ``emitters``."""
+def compile_host(text: str, fusion: bool, emitters: list | None = None):
+    """``text`` compiled for the host target; the emitter of each kernel is appended to
+    ``emitters``."""
     from ..options import CompileOptions
     from ..runtime.executable import compile_executable
-    from .guard import guarded
-    module = parse_module(text, "<fuzz>")
-    exe = compile_executable(module, "host", CompileOptions(fusion=fusion))
+    exe = compile_executable(parse_module(text, "<fuzz>"), "host", CompileOptions(fusion=fusion))
     if emitters is not None:
         for k in exe.plan.kernels:
             a = k.analysis
             emitters.append(f"{a.emitter}/{a.variant}" if a.variant else str(a.emitter))
+    return exe
+
+
+def run_host(text: str, args, fusion: bool, emitters: list | None = None) -> list[np.ndarray]:
+    """``text`` compiled for and run on the host target (buffers guarded, ``guard.py``); the
+    emitter of each kernel is appended to ``emitters``."""
+    from .guard import guarded
+    exe = compile_host(text, fusion, emitters)
     with guarded():
         return _leaves(exe.run(args))
 
@@ -152,33 +158,13 @@ def run_case(text: str, input_seed: int = 0, modes: Sequence[str] = MODES, xla: 
         args = make_inputs(module, input_seed)
     except HloError as e:
         return CaseResult(text, input_seed, Outcome("reference", "invalid", str(e)))
-    try:
-        expected = run_reference(module, args, input_seed)
-        ref = Outcome("reference", "ok", seconds=time.perf_counter() - t0)
-    except Exception as e:  # noqa: BLE001 - classification is the point
-        expected = None
-        ref = _exception_outcome("reference", e, text, t0)
-    result = CaseResult(text, input_seed, ref)
     infos = module_infos(module)
-    for mode in modes:
-        stage(mode)
-        t1 = time.perf_counter()
-        emitters: list = []
-        try:
-            actual = run_host(text, args, fusion=(mode == "fusion"), emitters=emitters)
-        except Exception as e:  # noqa: BLE001
-            result.outcomes.append(_exception_outcome(mode, e, text, t1))
-            result.outcomes[-1].emitters = emitters
-            continue
-        dt = time.perf_counter() - t1
-        if expected is None:
-            result.outcomes.append(Outcome(mode, "unchecked", seconds=dt, emitters=emitters))
-            continue
-        reports = compare_all(expected, actual, infos)
-        status = "mismatch" if reports else "match"
-        if reports and all_within_envelope(text, args, input_seed, expected, actual, list(reports), infos):
-            status = "unstable"  # ill-conditioned: rounding alone moves these elements that far
-        result.outcomes.append(Outcome(mode, status, "\n".join(reports.values()), seconds=dt, emitters=emitters))
+    result, expected = _reference_result(text, input_seed, t0, lambda: run_reference(module, args, input_seed))
+    _host_outcomes(result, expected, modes, stage,
+                   run=lambda fusion, emitters: run_host(text, args, fusion, emitters),
+                   compare=lambda expected, actual: compare_all(expected, actual, infos),
+                   within_envelope=lambda expected, actual, failing: all_within_envelope(
+                       text, args, input_seed, expected, actual, failing, infos))
     if xla:
         stage("xla")
         result.outcomes.append(run_xla(text, args, expected))
@@ -189,38 +175,57 @@ def _run_spmd_case(text: str, module, world, input_seed: int, modes: Sequence[st
                    t0: float) -> CaseResult:
     """``run_case`` of an SPMD module (``spmd_runner.py``): every participant compared."""
     args = spmd_inputs(module, input_seed, world)
+    infos = module_infos(module)
+    result, expected = _reference_result(text, input_seed, t0,
+                                         lambda: run_reference_spmd(module, args, input_seed, world))
+    _host_outcomes(result, expected, modes, stage,
+                   run=lambda fusion, emitters: run_host_spmd(compile_host(text, fusion, emitters), args, world),
+                   compare=lambda expected, actual: compare_participants(expected, actual, infos),
+                   within_envelope=lambda expected, actual, failing: all_within_envelope_spmd(
+                       text, args, input_seed, world, expected, actual, failing, infos))
+    if xla:
+        stage("xla")
+        result.outcomes.append(run_xla_spmd_case(text, args, world, expected))
+    return result
+
+
+def _reference_result(text: str, input_seed: int, t0: float, run) -> tuple[CaseResult, object]:
+    """The case's result holding the reference's outcome, and the reference's values (None when
+    it failed)."""
     try:
-        expected = run_reference_spmd(module, args, input_seed, world)
+        expected = run()
         ref = Outcome("reference", "ok", seconds=time.perf_counter() - t0)
     except Exception as e:  # noqa: BLE001 - classification is the point
         expected = None
         ref = _exception_outcome("reference", e, text, t0)
-    result = CaseResult(text, input_seed, ref)
-    infos = module_infos(module)
+    return CaseResult(text, input_seed, ref), expected
+
+
+def _host_outcomes(result: CaseResult, expected, modes: Sequence[str], stage, run, compare,
+                   within_envelope) -> None:
+    """Append one outcome per host mode against the reference's values ``expected``:
+    ``run(fusion, emitters)`` gives the host's values, ``compare(expected, actual)`` the reports
+    of the leaves that differ, ``within_envelope(expected, actual, failing)`` whether rounding
+    alone explains them."""
     for mode in modes:
         stage(mode)
         t1 = time.perf_counter()
         emitters: list = []
         try:
-            actual = run_host_spmd(text, args, world, fusion=(mode == "fusion"), emitters=emitters)
+            actual = run(mode == "fusion", emitters)
         except Exception as e:  # noqa: BLE001
-            result.outcomes.append(_exception_outcome(mode, e, text, t1))
+            result.outcomes.append(_exception_outcome(mode, e, result.text, t1))
             result.outcomes[-1].emitters = emitters
             continue
         dt = time.perf_counter() - t1
         if expected is None:
             result.outcomes.append(Outcome(mode, "unchecked", seconds=dt, emitters=emitters))
             continue
-        reports = compare_participants(expected, actual, infos)
+        reports = compare(expected, actual)
         status = "mismatch" if reports else "match"
-        if reports and all_within_envelope_spmd(text, args, input_seed, world, expected, actual, list(reports),
-                                                infos):
-            status = "unstable"
+        if reports and within_envelope(expected, actual, list(reports)):
+            status = "unstable"  # ill-conditioned: rounding alone moves these elements that far
         result.outcomes.append(Outcome(mode, status, "\n".join(reports.values()), seconds=dt, emitters=emitters))
-    if xla:
-        stage("xla")
-        result.outcomes.append(run_xla_spmd_case(text, args, world, expected))
-    return result
 
 
 def run_xla_spmd_case(text: str, args, world, expected) -> Outcome:

@@ -45,21 +45,12 @@ def run_reference_spmd(module: HloModule, args: Sequence[Sequence], seed: int, w
     return _flat(evaluate_spmd(module, lambda k: args[k], world, seed=seed))
 
 
-def run_host_spmd(text: str, args: Sequence[Sequence], world: World, fusion: bool,
-                  emitters: list | None = None) -> list[list[np.ndarray]]:
-    """Each participant's result leaves from the host target: one executable compiled as
-    ``spmd_run.compile_spmd`` does for the host, run on every participant (buffers guarded)."""
-    from ..hlo import parse_module
-    from ..options import CompileOptions
-    from ..runtime.executable import compile_executable
+def run_host_spmd(exe, args: Sequence[Sequence], world: World) -> list[list[np.ndarray]]:
+    """Each participant's result leaves from ``exe``, the host executable of the module
+    (compiled once, as ``spmd_run.compile_spmd`` does for the host), run on every participant
+    (buffers guarded)."""
     from ..runtime.spmd_run import run_participants
     from .guard import guarded
-    module = parse_module(text, "<fuzz>")
-    exe = compile_executable(module, "host", CompileOptions(fusion=fusion))
-    if emitters is not None:
-        for k in exe.plan.kernels:
-            a = k.analysis
-            emitters.append(f"{a.emitter}/{a.variant}" if a.variant else str(a.emitter))
     with guarded():
         return _flat(run_participants(exe, world, args))
 
@@ -102,19 +93,3 @@ def all_within_envelope_spmd(text: str, args, seed: int, world: World, expected,
         return False
     return all(len(wide[k]) == len(expected[k]) and
                within_envelope(expected[k][i], actual[k][i], wide[k][i], infos[i]) for k, i in failing)
-
-
-def save_spmd_inputs(path, args: Sequence[Sequence]) -> None:
-    """hlo-run's ``p{k}.arg{i}`` (tuple elements ``p{k}.arg{i}.{j}``)."""
-    arrays: dict[str, np.ndarray] = {}
-
-    def put(key: str, v) -> None:
-        if isinstance(v, (tuple, list)):
-            for j, x in enumerate(v):
-                put(f"{key}.{j}", x)
-        elif v is not None:
-            arrays[key] = np.asarray(v)
-    for k, mine in enumerate(args):
-        for i, a in enumerate(mine):
-            put(f"p{k}.arg{i}", a)
-    np.savez(path, **arrays)

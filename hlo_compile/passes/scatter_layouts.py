@@ -53,8 +53,8 @@ def _misaligned(scatter: HloInstruction) -> list[tuple[int, Layout]]:
     out = []
     for k in range(n):
         op, want = scatter.operands[k], outs[k].layout
-        if op.shape.layout != want and len(wanted[id(op)]) == 1 and all(j == k or scatter.operands[j] is not op
-                                                                        for j in range(k)):
+        first = all(scatter.operands[j] is not op for j in range(k))
+        if op.shape.layout != want and len(wanted[id(op)]) == 1 and first:
             out.append((k, want))
     return out
 

@@ -91,7 +91,8 @@ def save_participant_outputs(path: str | Path, values: list[Any]) -> None:
     np.savez(path, **{f"p{k}.{key}": a for k, v in enumerate(values) for key, a in output_arrays(v).items()})
 
 
-def save_inputs(path: str | Path, args: list[Any]) -> None:
+def input_arrays(args: list[Any], prefix: str = "") -> dict[str, np.ndarray]:
+    """``{prefix}arg{i}`` (tuple elements ``{prefix}arg{i}.{j}``) for each argument."""
     arrays: dict[str, np.ndarray] = {}
 
     def put(key: str, v: Any) -> None:
@@ -101,8 +102,17 @@ def save_inputs(path: str | Path, args: list[Any]) -> None:
         elif v is not None:
             arrays[key] = np.asarray(v)
     for i, a in enumerate(args):
-        put(f"arg{i}", a)
-    np.savez(path, **arrays)
+        put(f"{prefix}arg{i}", a)
+    return arrays
+
+
+def save_inputs(path: str | Path, args: list[Any]) -> None:
+    np.savez(path, **input_arrays(args))
+
+
+def save_participant_inputs(path: str | Path, args: list[list[Any]]) -> None:
+    """Each participant's arguments: ``p{k}.arg{i}``."""
+    np.savez(path, **{key: a for k, mine in enumerate(args) for key, a in input_arrays(mine, f"p{k}.").items()})
 
 
 def load_outputs(path: str | Path) -> list[np.ndarray]:
