@@ -26,6 +26,10 @@ class CompileOptions:
     # the library bindings are not installed.
     gemm: str = "library"
     conv: str = "library"   # every cuDNN call: convolutions and fused attention
+    # cuDNN's fused attention alone: "generated" while ``conv`` is "library" when the platform
+    # has a convolution step but no attention step (``cuda_compile_options``); ``conv`` set to
+    # "generated" generates attention too. Not a flag of its own.
+    fmha: str = "library"
     # the GPU the cost model (codegen/perf_model.py) estimates for: "a100", "h100", "h200";
     # None: the one ``arch`` plans for (sm_80 -> A100, sm_90 -> H100). Plans do not change.
     device: str | None = None
@@ -37,4 +41,6 @@ class CompileOptions:
             out.add("gemm")
         if self.conv == "generated":
             out.update(("conv", "fmha"))
+        if self.fmha == "generated":
+            out.add("fmha")
         return frozenset(out)

@@ -832,3 +832,22 @@ def test_cudnn_step_refusals(monkeypatch):
     monkeypatch.setitem(sys.modules, "cudnn", None)   # not installed
     with pytest.raises(HloUnsupportedError, match="nvidia-cudnn-frontend"):
         step.run(_FakeDevicePlatform(), Frame(Resources({}, None), []))
+
+
+def test_convolutions_stay_on_cudnn_without_an_attention_step(monkeypatch):
+    """cuDNN attention has no library step: that alone must not send convolutions to our
+    emitters (the first GPU run found every cuDNN convolution generated for that reason)."""
+    from hlo_compile.options import CompileOptions
+    from hlo_compile.runtime import library_steps
+    from hlo_compile.runtime.cuda_platform import cuda_compile_options
+    monkeypatch.setattr(library_steps, "binding_missing", lambda name: None)
+    notes: list[str] = []
+    opts = cuda_compile_options(CompileOptions(), "sm_90", notes)
+    assert (opts.gemm, opts.conv, opts.fmha) == ("library", "library", "generated") and not notes
+    assert opts.generated_call_families() == {"fmha"}
+    opts = cuda_compile_options(CompileOptions(conv="generated"), "sm_90", notes)
+    assert opts.generated_call_families() == {"conv", "fmha"} and not notes
+    monkeypatch.setattr(library_steps, "binding_missing", lambda name: f"no {name}")
+    opts = cuda_compile_options(CompileOptions(), "sm_90", notes)
+    assert opts.generated_call_families() == {"gemm", "conv", "fmha"}
+    assert [n.split(" ")[0] for n in notes] == ["--gemm=library", "--conv=library"]

@@ -5,7 +5,8 @@ PTX, the CUDA JIT and our thin driver layer. Every test is marked ``gpu`` and sk
 - gelu through ``hlo-run --platform=cuda`` against the interpreter (exit status 0);
 - every XLA loop-emitter test file (the host test's list and exclusions) against the interpreter;
 - every JAX corpus case against XLA's outputs, refusals accepted as on the host;
-- the registers and local memory the driver reports for the gelu kernel.
+- the registers and local memory the driver reports for the gelu kernel;
+- every model of our real-model corpus (``tests/data/models``, both HLO forms) against XLA:CPU.
 
 Run on the lent GPU machine as ``bench/device/README.md`` says.
 """
@@ -26,6 +27,8 @@ from codegen_helpers import load_fusion_test
 from conftest import corpus_root
 from test_codegen_loop import GELU, LOOP_TESTS, NOT_RUN, ROOT
 from test_jax_corpus import _cases, run_case
+from test_model_corpus import DATA as MODELS, FORMS as MODEL_FORMS, _case_names as _model_names
+from test_model_corpus import _failures, run_model_case
 
 pytestmark = pytest.mark.gpu
 
@@ -238,3 +241,13 @@ def test_collectives_through_nccl_with_one_participant(gpu):
     expected = literals.flatten(evaluate_module(module, args))
     cmp = compare.compare_results(expected, got, tolerances=[(None, None)] * len(expected))
     assert cmp.ok, cmp.report()
+
+
+# ---- our real-model corpus (tests/data/models: flax, optax, lax control flow) --------------------------
+@pytest.mark.parametrize("form", MODEL_FORMS)
+@pytest.mark.parametrize("case", _model_names() or [None])
+def test_model_case_on_cuda(gpu, case, form):
+    if case is None:
+        pytest.skip(f"no model corpus at {MODELS}")
+    result = run_model_case(MODELS / case, form, "cuda", run=_on_cuda)
+    assert result.ok, f"{case}/{form} on cuda:\n{_failures(result)}"

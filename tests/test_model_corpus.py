@@ -42,12 +42,13 @@ def _run(module, args, platform: str):
     return compile_executable(module, platform, CompileOptions()).run(args)
 
 
-def run_model_case(case_dir: Path, form: str, platform: str) -> compare.Comparison:
+def run_model_case(case_dir: Path, form: str, platform: str, run=None) -> compare.Comparison:
+    """The case's module on ``platform`` (or through ``run(module, args)``) against XLA:CPU."""
     info = json.loads((case_dir / "case.json").read_text())
     path = case_dir / form
     module = hlo_compile.parse_module(path.read_text(), str(path))
     args = literals.load_inputs(case_dir / "inputs.npz", module)
-    actual = literals.flatten(_run(module, args, platform))
+    actual = literals.flatten(run(module, args) if run is not None else _run(module, args, platform))
     expected = literals.load_outputs(case_dir / info.get("outputs_file", "outputs.npz"))
     tolerances = [(o["rtol"], o["atol"]) for o in info["outputs"]]
     result = compare.compare_results(expected, actual, tolerances=tolerances, klass="model")

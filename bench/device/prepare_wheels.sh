@@ -15,7 +15,8 @@
 #   which run.sh unpacks where pip would have installed it. Repacking takes ~3 minutes on two
 #   cores; an existing archive of the same version is kept.
 # - what the tests read from ../shared: tools/xla_ref.py, XLA's loop-emitter tests, and the JAX
-#   corpus's cases smallest first up to JAX_CORPUS_MIB (default 4) under .whl/shared/corpus.
+#   corpus's cases smallest first up to JAX_CORPUS_MIB (default 4) under .whl/shared/corpus, or
+#   the cases JAX_CORPUS_CASES names (space-separated).
 #
 # Re-running replaces older versions of the same packages: two versions of one package in .whl/
 # would stop the install on the GPU machine. `bench/device/run.sh --dry-run` checks the result.
@@ -82,7 +83,11 @@ if [ -d "$shared" ]; then
     cp -f "$shared"/corpus/jax/*.json "$shared"/corpus/jax/README.md .whl/shared/corpus/jax/ 2>/dev/null || true
     while read -r kb case; do
         [ -f "$case/case.json" ] || continue
-        [ $((used + kb)) -le $budget ] || break
+        if [ -n "${JAX_CORPUS_CASES:-}" ]; then   # a named set instead (a second call's other cases)
+            case " $JAX_CORPUS_CASES " in *" $(basename "$case") "*) ;; *) continue ;; esac
+        else
+            [ $((used + kb)) -le $budget ] || break
+        fi
         cp -rf "$case" .whl/shared/corpus/jax/ && used=$((used + kb)) n=$((n + 1))
     done < <(du -sk "$shared"/corpus/jax/*/ | sort -n)
     echo "JAX corpus: $n cases, $((used >> 10)) MiB (smallest first, up to $JAX_CORPUS_MIB MiB)"

@@ -124,6 +124,17 @@ class CublasLtMatmul(Step):
             lt.matmul_preference_destroy(pref)
             lt.matmul_desc_destroy(desc)
 
+    def describe(self) -> str:
+        """The types and epilogue cuBLASLt was asked for, for messages."""
+        p, call = self.plan, self.call
+        parts = [f"A {p.a.element_type}", f"B {p.b.element_type}", f"C {p.c.element_type}", f"D {p.d.element_type}",
+                 f"epilogue {getattr(call.epilogue, 'name', call.epilogue)}"]
+        if call.bias is not None:
+            parts.append(f"bias {self.inst.operands[call.bias].shape.element_type}")
+        if "amax" in call.result_leaves():
+            parts.append("amax of D")
+        return ", ".join(parts)
+
     def _algorithm(self, lt: Any, handle: int, desc: int, layouts: list, pref: int) -> Any:
         """Entry ``selected_algorithm`` of the heuristic list (XLA asks for 1 when it is 0, else 128)."""
         # legacy cuBLAS's number is a cublasGemmAlgo_t, not an index of this list: first heuristic
@@ -131,7 +142,14 @@ class CublasLtMatmul(Step):
         want = 1 if selected == 0 else 128
         results = lt.MatmulHeuristicResult(want)
         count = np.zeros(1, np.int32)
-        lt.matmul_algo_get_heuristic(handle, desc, *layouts, pref, want, results.ptr, count.ctypes.data)
+        try:
+            lt.matmul_algo_get_heuristic(handle, desc, *layouts, pref, want, results.ptr, count.ctypes.data)
+        except Exception as e:  # nvmath's cuBLASLtError: refuse by name what cuBLASLt cannot do
+            if "NOT_SUPPORTED" not in str(e):
+                raise
+            raise HloUnsupportedError(f"custom-call '%{self.inst.name}': cuBLASLt does not support this GEMM on "
+                                      f"this GPU ({self.describe()}; CUBLAS_STATUS_NOT_SUPPORTED): compile with "
+                                      "--gemm=generated", self.inst.location) from None
         if count[0] <= selected:
             raise HloUnsupportedError(f"custom-call '%{self.inst.name}': cuBLASLt offers {int(count[0])} algorithms "
                                       f"for this GEMM, the config selects number {selected}", self.inst.location)

@@ -42,17 +42,26 @@ class AsyncRegion:
     waited: bool = False
 
 
+# the library-call families (hlo/library_targets.py), each with the CompileOptions field that
+# keeps its calls library calls
+_FAMILY_FLAGS = (("gemm", "gemm"), ("conv", "conv"), ("fmha", "fmha"))
+
+
 def cuda_compile_options(options: CompileOptions, arch: str, notes: list[str] | None = None) -> CompileOptions:
     """``options`` for a GPU of ``arch`` in this process (``CudaPlatform.compile_options``,
     also made without a platform: ``spmd_run`` compiles once for the GPU processes it starts)."""
     from .library_steps import library_unavailable
     changes: dict[str, str] = {"arch": arch}
-    for flag, families in (("gemm", ("gemm",)), ("conv", ("conv", "fmha"))):
-        why = [w for w in (library_unavailable(f) for f in families) if w]
-        if getattr(options, flag) == "library" and why:
-            changes[flag] = "generated"
-            if notes is not None:
-                notes.append(f"--{flag}=library unavailable ({why[0]}): library calls compiled by our emitters")
+    # each family on its own: attention having no library step must not take convolutions
+    # off cuDNN (the first GPU run found every cuDNN convolution generated for that reason)
+    for family, flag in _FAMILY_FLAGS:
+        why = library_unavailable(family)
+        if getattr(options, flag) != "library" or not why or options.conv == "generated" and flag == "fmha":
+            continue
+        changes[flag] = "generated"
+        # attention has no library step at all (the README says so): no note on every run
+        if notes is not None and family != "fmha":
+            notes.append(f"--{flag}=library unavailable ({why}): {family} calls compiled by our emitters")
     return dataclasses.replace(options, **changes)
 
 
