@@ -743,6 +743,9 @@ class _FakeCudnn:
     class heur_mode:
         A, FALLBACK = "A", "FALLBACK"
 
+    class numerical_note:
+        TENSOR_CORE, DOWN_CONVERT_INPUTS, REDUCED_PRECISION_REDUCTION = "tc", "down", "reduced"
+
     def __init__(self):
         self.log = []
 
@@ -812,6 +815,10 @@ def test_cudnn_step_plumbing(monkeypatch):
     assert tensors[1]["dim"] == [24, 16, 3, 3] and tensors[1]["stride"] == [144, 1, 48, 16]
     assert calls["conv_dgrad"]["stride"] == [2, 2] and calls["conv_dgrad"]["pre_padding"] == [1, 1]
     assert "check_support" in calls and "build_plans" in calls
+    # f32: no TF32 tensor-core engines (the first GPU run measured 2.4e-4 with them)
+    assert calls["deselect_numeric_notes"]["args"] == (["tc", "down", "reduced"],)
+    order = [n for n, _ in fake.log]
+    assert order.index("create_execution_plans") < order.index("deselect_numeric_notes") < order.index("check_support")
     pointers, _workspace = calls["execute"]["args"]
     by_name = {t.kw.get("name", t.what): ptr for t, ptr in pointers.items()}
     result = frame.values[inst][0]
@@ -828,7 +835,10 @@ def test_cudnn_step_refusals(monkeypatch):
     from hlo_compile.runtime.steps import Frame, Resources
     with pytest.raises(HloUnsupportedError, match=r"%cudnn-conv-bias-activation .*activation kElu"):
         _step(call_text("bias", CONVS["nhwc_3x3_pad"], Epilogue("kElu")), "cudnn-conv-bias-activation")
-    step, _ = _step(call_text("fwd", CONVS["nhwc_3x3_pad"]), "cudnn-conv")
+    # an HWIO filter never reaches cuDNN (it computed garbage on the first GPU run)
+    with pytest.raises(HloUnsupportedError, match=r"%cudnn-conv .*filter f32\[3,3,16,24\].*KCRS/KRSC"):
+        _step(call_text("fwd", CONVS["nhwc_3x3_pad"]), "cudnn-conv")
+    step, _ = _step(call_text("fwd", CONVS["nchw_stride_pad"]), "cudnn-conv")
     monkeypatch.setitem(sys.modules, "cudnn", None)   # not installed
     with pytest.raises(HloUnsupportedError, match="nvidia-cudnn-frontend"):
         step.run(_FakeDevicePlatform(), Frame(Resources({}, None), []))
@@ -851,3 +861,18 @@ def test_convolutions_stay_on_cudnn_without_an_attention_step(monkeypatch):
     opts = cuda_compile_options(CompileOptions(), "sm_90", notes)
     assert opts.generated_call_families() == {"gemm", "conv", "fmha"}
     assert [n.split(" ")[0] for n in notes] == ["--gemm=library", "--conv=library"]
+
+
+def test_calls_cudnn_does_not_take_are_lowered_even_as_library_calls():
+    """With convolutions kept as cuDNN calls (no family generated), a call with an HWIO filter
+    (the default layout of b01f_01io->b01f) is lowered to our kernels; a KRSC one stays a call."""
+    from hlo_compile.hlo.library_limits import library_refusal
+    from hlo_compile.passes.library_calls import lower_library_calls
+    hwio = parse_module(call_text("fwd", CONVS["nhwc_3x3_pad"]))
+    krsc = parse_module(call_text("fwd", replace(CONVS["nhwc_3x3_pad"], labels="b01f_o01i->b01f")))
+    (call,) = [i for i in krsc.entry.instructions if i.opcode == "custom-call"]
+    assert library_refusal(call) is None
+    lower_library_calls(hwio, frozenset())
+    lower_library_calls(krsc, frozenset())
+    assert not [i for i in hwio.entry.instructions if i.opcode == "custom-call"]
+    assert [i.name for i in krsc.entry.instructions if i.opcode == "custom-call"] == [call.name]

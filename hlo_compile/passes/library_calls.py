@@ -17,6 +17,7 @@ from typing import Callable
 
 from ..hlo import HloComputation, HloInstruction, HloModule
 from ..hlo.library_targets import TE_ATTENTION_TARGETS, library_family
+from ..hlo.library_limits import library_refusal
 from . import conv_lowering, fmha_lowering, gemm_lowering, te_attention_lowering
 
 # target -> lower(computation, call): replaces ``call`` in ``computation`` by plain HLO
@@ -28,8 +29,8 @@ ALL_FAMILIES = frozenset({"gemm", "conv", "fmha"})
 
 
 def lower_library_calls(module: HloModule, families: frozenset[str] = ALL_FAMILIES) -> HloModule:
-    """Replace, in every computation, each library call of ``families`` that has a lowering;
-    in place. A call with no lowering stays, and is refused later by name. Transformer
+    """Replace, in every computation, each library call of ``families`` that has a lowering,
+    and each other one its library does not take (``library_refusal``); in place. A call with no lowering stays, and is refused later by name. Transformer
     Engine's attention calls have no library step: they are always lowered."""
     te_attention_lowering.check_module(module)
     for comp in module.computations:
@@ -38,6 +39,10 @@ def lower_library_calls(module: HloModule, families: frozenset[str] = ALL_FAMILI
                 continue
             target = inst.attr("custom_call_target", None)
             lower = LOWERINGS.get(target)
-            if lower is not None and (library_family(target) in families or target in TE_ATTENTION_TARGETS):
+            if lower is None:
+                continue
+            # a call its library would refuse (or compute wrongly) is lowered even where the
+            # family stays a library call (hlo/library_limits.py)
+            if library_family(target) in families or target in TE_ATTENTION_TARGETS or library_refusal(inst):
                 lower(comp, inst)
     return module

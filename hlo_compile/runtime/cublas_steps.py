@@ -19,6 +19,7 @@ import numpy as np
 
 from ..hlo import HloInstruction
 from ..hlo.errors import HloUnsupportedError
+from ..hlo.library_limits import cublaslt_refusal
 from ..hlo.gemm_call import LEGACY_GEMM, Epilogue, GemmCall, parse_gemm_call
 from ..hlo.library_targets import GEMM_TARGETS
 from .blas_plan import COLUMN, BlasPlan, MatrixLayout, blas_plan
@@ -59,6 +60,10 @@ class CublasLtMatmul(Step):
             if layout.element_type not in _CUDA_TYPES:
                 raise HloUnsupportedError(f"custom-call '%{inst.name}': cuBLASLt has no {layout.element_type} "
                                           "matrices", inst.location)
+        why = cublaslt_refusal(self.call, inst)
+        if why:  # lowered to our kernels before here (passes/library_calls.py): a guard
+            raise HloUnsupportedError(f"custom-call '%{inst.name}': cuBLASLt does not take {why}; compile with "
+                                      "--gemm=generated", inst.location)
         self.compute_type, self.scale_type = _compute(self.call, inst)
         self.outputs = [s for _, s in inst.shape.leaves()]
 
