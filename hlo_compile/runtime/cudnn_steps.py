@@ -59,8 +59,9 @@ class CudnnConvolution(Step):
         out = Buffer(call.result, platform.allocate(call.result))
         scratch = Buffer(call.scratch, platform.allocate(call.scratch))
         work = platform.allocate(Shape.array("u8", [max(self.workspace, 1)]))
+        # a side input scaled by 0 is passed but not in the graph: cuDNN never reads it
         pointers = {self.tensors[role]: frame.values[op].data.ptr
-                    for role, op in zip(call.operand_roles, self.inst.operands)}
+                    for role, op in zip(call.operand_roles, self.inst.operands) if role in self.tensors}
         pointers[self.tensors["out"]] = out.data.ptr
         try:
             self.graph.execute(pointers, work.ptr, handle=handle)
