@@ -71,7 +71,7 @@ travel_mib() {
 install() {
     local site=/tmp/hlo-site rc=0
     say "== install ($( [ $DRY = 1 ] && echo dry run || echo GPU machine ))"
-    if git rev-parse --git-dir >/dev/null 2>&1; then   # the GPU machine's copy is no checkout
+    if [ $DRY = 1 ]; then   # measured before it travels (the GPU machine's copy is no checkout)
         local mib; mib=$(travel_mib)
         say "travels: $mib MiB (tree + .whl; the device tool takes at most 64 MiB, we allow $MAX_TRAVEL_MIB)"
         if [ "$mib" -gt "$MAX_TRAVEL_MIB" ]; then say "FAIL: too large to travel"; rc=1; fi
