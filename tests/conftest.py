@@ -28,6 +28,17 @@ def corpus() -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def gpu() -> str:
+    """Skips the test (with the driver's reason) unless a CUDA device can be used; the
+    driver's description of the device otherwise. For the ``gpu``-marked tests."""
+    from hlo_compile.runtime import cuda as rt
+    ok, why = rt.available()
+    if not ok:
+        pytest.skip(f"no usable CUDA GPU: {why}")
+    return why
+
+
 @pytest.fixture(autouse=True)
 def _compile_cache_in_tmp(tmp_path_factory, monkeypatch):
     """The compile cache of every test in a temporary folder of its own (each test starts

@@ -20,7 +20,6 @@ from click.testing import CliRunner
 from hlo_compile import parse_module
 from hlo_compile.interpreter import evaluate_module
 from hlo_compile.runtime import compare, literals
-from hlo_compile.runtime import cuda as rt
 from hlo_compile.runtime.executable import compile_executable
 
 from codegen_helpers import load_fusion_test
@@ -33,15 +32,6 @@ from test_model_corpus import _failures, run_model_case
 pytestmark = pytest.mark.gpu
 
 GELU_FILE = ROOT / "examples" / "gelu.hlo"
-
-
-@pytest.fixture(scope="module")
-def gpu() -> str:
-    """Skips the test (with the driver's reason) unless a CUDA device can be used."""
-    ok, why = rt.available()
-    if not ok:
-        pytest.skip(f"no usable CUDA GPU: {why}")
-    return why
 
 
 @contextmanager

@@ -23,7 +23,6 @@ import pytest
 from hlo_compile import parse_module
 from hlo_compile.options import CompileOptions
 from hlo_compile.runtime import compare, literals
-from hlo_compile.runtime import cuda as rt
 from hlo_compile.runtime.executable import compile_executable
 
 from bench import catalog
@@ -49,30 +48,24 @@ add (a: f32[], b: f32[]) -> f32[] {
 }
 """
 
+def sort_module(name: str, rows: int, cols: int) -> str:
+    """Keys f32[rows, cols] sorted along their rows, carrying s32 values along."""
+    shape = f"[{rows},{cols}]"
+    return f"""HloModule {name}
+{LT_F32_S32}
+ENTRY e {{
+  k = f32{shape} parameter(0)
+  i = s32{shape} parameter(1)
+  ROOT s = (f32{shape}, s32{shape}) sort(k, i), dimensions={{1}}, is_stable=true, to_apply=lt
+}}"""
+
+
 EXTRA_MODULES = {
-    # keys with their positions, rows that fit shared memory: the bitonic network
-    "sort_bitonic_f32": f"""HloModule sort_bitonic_f32
-{LT_F32_S32}
-ENTRY e {{
-  k = f32[2048,2048] parameter(0)
-  i = s32[2048,2048] parameter(1)
-  ROOT s = (f32[2048,2048], s32[2048,2048]) sort(k, i), dimensions={{1}}, is_stable=true, to_apply=lt
-}}""",
-    # rows beyond shared memory: the rank sort
-    "sort_rank_f32": f"""HloModule sort_rank_f32
-{LT_F32_S32}
-ENTRY e {{
-  k = f32[16,16384] parameter(0)
-  i = s32[16,16384] parameter(1)
-  ROOT s = (f32[16,16384], s32[16,16384]) sort(k, i), dimensions={{1}}, is_stable=true, to_apply=lt
-}}""",
-    "sort_rank_f32_small": f"""HloModule sort_rank_f32_small
-{LT_F32_S32}
-ENTRY e {{
-  k = f32[2,8192] parameter(0)
-  i = s32[2,8192] parameter(1)
-  ROOT s = (f32[2,8192], s32[2,8192]) sort(k, i), dimensions={{1}}, is_stable=true, to_apply=lt
-}}""",
+    # rows that fit shared memory: the bitonic network
+    "sort_bitonic_f32": sort_module("sort_bitonic_f32", 2048, 2048),
+    # rows beyond shared memory: the rank sort (its small size stays a rank sort)
+    "sort_rank_f32": sort_module("sort_rank_f32", 16, 16384),
+    "sort_rank_f32_small": sort_module("sort_rank_f32_small", 2, 8192),
     "dot_bf16_tensor_cores": """HloModule dot_bf16_tensor_cores
 ENTRY e {
   a = bf16[2048,1024] parameter(0)
@@ -172,14 +165,6 @@ def test_family_is_planned_as_intended_for_sm90(fam, size):
     module = parse_module(family_text(fam, size), fam.name)
     plan = plan_module(module, CompileOptions(arch="sm_90", dot_tensor_cores=fam.tensor_cores))
     assert plan_mismatch(fam, plan) is None, plan_mismatch(fam, plan)
-
-
-@pytest.fixture(scope="module")
-def gpu() -> str:
-    ok, why = rt.available()
-    if not ok:
-        pytest.skip(f"no usable CUDA GPU: {why}")
-    return why
 
 
 @pytest.mark.gpu

@@ -21,7 +21,6 @@ from hlo_compile import parse_module
 from hlo_compile.interpreter import evaluate_module
 from hlo_compile.options import CompileOptions
 from hlo_compile.runtime import compare, literals
-from hlo_compile.runtime import cuda as rt
 from hlo_compile.runtime.executable import compile_executable
 from hlo_compile.runtime.nvidia_bindings import binding_missing
 
@@ -32,14 +31,6 @@ import test_gemm_calls as gemm_cases
 pytestmark = pytest.mark.gpu
 
 LIBRARY = CompileOptions(gemm="library", conv="library")
-
-
-@pytest.fixture(scope="module")
-def gpu() -> str:
-    ok, why = rt.available()
-    if not ok:
-        pytest.skip(f"no usable CUDA GPU: {why}")
-    return why
 
 
 def _need(binding: str) -> None:
