@@ -6,7 +6,9 @@ PTX, the CUDA JIT and our thin driver layer. Every test is marked ``gpu`` and sk
 - every XLA loop-emitter test file (the host test's list and exclusions) against the interpreter;
 - every JAX corpus case against XLA's outputs, refusals accepted as on the host;
 - the registers and local memory the driver reports for the gelu kernel;
-- every model of our real-model corpus (``tests/data/models``, both HLO forms) against XLA:CPU.
+- every model of our real-model corpus (``tests/data/models``, both HLO forms) against XLA:CPU;
+- every XLA:GPU-style corpus module with a library call or a kCustom fusion (the host test's
+  list, ``test_xla_gpu_corpus.py``) with its cuBLAS/cuDNN calls run by the libraries.
 
 Run on the lent GPU machine as ``bench/device/README.md`` says.
 """
@@ -241,3 +243,46 @@ def test_model_case_on_cuda(gpu, case, form):
         pytest.skip(f"no model corpus at {MODELS}")
     result = run_model_case(MODELS / case, form, "cuda", run=_on_cuda)
     assert result.ok, f"{case}/{form} on cuda:\n{_failures(result)}"
+
+
+# ---- XLA:GPU-style modules: library calls through cuBLASLt/cuDNN, kCustom fusions -----------------------
+def _xla_gpu_params() -> list:
+    from test_xla_gpu_corpus import _files
+    root = corpus_root()
+    files = _files(root) if root is not None else []
+    if not files:
+        return [pytest.param(None, id="no-corpus")]
+    return [pytest.param(str(p.relative_to(root)), id=str(p.relative_to(root))) for p in files]
+
+
+@pytest.mark.parametrize("rel", _xla_gpu_params())
+def test_xla_gpu_module_on_cuda(gpu, corpus, rel):
+    """What the host test runs, on the GPU with library calls kept (``--gemm/--conv=library``):
+    refusals only for the host test's ``KNOWN_REFUSALS``; modules too big for the interpreter
+    in a test are compiled only."""
+    from hlo_compile.cli.common import read_modules
+    from hlo_compile.hlo.errors import HloError
+    from test_xla_gpu_corpus import KNOWN_REFUSALS, _too_big
+    if rel is None:
+        pytest.skip("no XLA:GPU-style modules in the corpus")
+    path = corpus / rel
+    split = "\n// -----" in path.read_text(errors="replace")
+    try:
+        modules = read_modules(str(path), split_input_file=split)
+    except HloError:
+        pytest.skip("a parser test of invalid input")
+    failures = []
+    for i, module in enumerate(modules):
+        try:
+            if _too_big(module):
+                with cuda_executable(module):
+                    pass
+                continue
+            ok, report = run_on_cuda(module)
+        except HloError as e:
+            if not any(k in str(e) for k in KNOWN_REFUSALS):
+                failures.append(f"#{i}: refused: {str(e).splitlines()[0]}")
+            continue
+        if not ok:
+            failures.append(f"#{i}: mismatch: {report[:400]}")
+    assert not failures, "\n".join(failures)

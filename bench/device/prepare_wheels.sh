@@ -90,6 +90,19 @@ if [ -d "$shared" ]; then
         fi
         cp -rf "$case" .whl/shared/corpus/jax/ && used=$((used + kb)) n=$((n + 1))
     done < <(du -sk "$shared"/corpus/jax/*/ | sort -n)
+    # XLA:GPU-style modules with library calls or kCustom fusions (test_xla_gpu_corpus's list, ~0.3 MiB)
+    (cd "$repo/tests" && python3 - "$shared/corpus" "$repo/.whl/shared/corpus" <<'PYEOF'
+import shutil, sys
+from pathlib import Path
+from test_xla_gpu_corpus import _files
+src, dst = Path(sys.argv[1]), Path(sys.argv[2])
+files = _files(src)
+for f in files:
+    (dst / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(f, dst / f.relative_to(src))
+print(f"XLA:GPU-style modules: {len(files)}")
+PYEOF
+    ) || echo "XLA:GPU-style modules not copied"
     echo "JAX corpus: $n cases, $((used >> 10)) MiB (smallest first, up to $JAX_CORPUS_MIB MiB)"
 else
     echo "no $shared: the corpus tests will skip on the GPU machine"

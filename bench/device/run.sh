@@ -2,7 +2,7 @@
 # The whole GPU check as one command, for the lent GPU machine (bench/device/README.md):
 #
 #   bench/device/run.sh [--dry-run] [--steps smoke,tests,families,sanitizer,libraries,bench]
-#                       [--budget SECONDS] [--out DIR]
+#                       [--budget SECONDS] [--out DIR] [-k EXPR (the tests step only)]
 #
 # Installs what travelled in .whl/ (bench/device/prepare_wheels.sh made it), then runs the steps
 # in their order of value, each under its own time limit (`timeout`), each even if the one
@@ -34,6 +34,7 @@ cd "$repo"
 DRY=0
 STEPS="smoke,tests,families,sanitizer,libraries,bench"
 BUDGET=400            # seconds for everything; the benchmark gets what the others left
+KEXPR=                # -k EXPR: only the tests step's tests that match (pytest -k)
 OUT_DIR=${OUT:-/tmp/hlo-device}
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -42,6 +43,7 @@ while [ $# -gt 0 ]; do
         --steps=*) STEPS=${1#--steps=} ;;
         --budget) BUDGET=$2; shift ;;
         --out) OUT_DIR=$2; shift ;;
+        -k) KEXPR=$2; shift ;;
         -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -197,9 +199,9 @@ with rt.CudaDevice() as d:
 
 step_tests() {
     local files; mapfile -t files < <(gpu_test_files)
-    if [ $DRY = 1 ]; then collect tests "${files[@]}"; return; fi
+    if [ $DRY = 1 ]; then collect tests ${KEXPR:+-k "$KEXPR"} "${files[@]}"; return; fi
     # shellcheck disable=SC2046
-    run_step tests "${LIMIT[tests]}" "${PYTEST[@]}" $(pytest_opts 8) "${files[@]}"
+    run_step tests "${LIMIT[tests]}" "${PYTEST[@]}" $(pytest_opts 8) ${KEXPR:+-k "$KEXPR"} "${files[@]}"
 }
 
 step_families() {
