@@ -50,7 +50,7 @@ def test_memcpy_like_fusion_costs_bytes_over_bandwidth(device):
 def test_h200_is_faster_than_h100_for_bytes():
     h100 = estimate_kernel(_kernel(COPY, H100_SXM), H100_SXM).estimated_us
     h200 = estimate_kernel(_kernel(COPY, H100_SXM), H200_SXM).estimated_us
-    assert h200 < h100 * 0.75
+    assert h200 < h100 * 0.82   # 3352 GB/s (H100, XLA's spec) over 4167 (H200, the copy measured)
 
 
 def test_loop_emitted_transpose_is_flagged_and_slower():
@@ -162,3 +162,24 @@ def test_device_flag_picks_the_cost_models_gpu(tmp_path):
     assert us[1] < us[0]   # same bytes on a faster memory
     r = CliRunner().invoke(main, [gelu, "--emit=fusions", "--device", "v100"])
     assert r.exit_code == 2 and "Traceback" not in r.output
+
+
+def test_calibrated_on_the_h200_run():
+    """The model against the committed H200 run (bench/calibrate.py): the geometric-mean ratio
+    model/measured near 1, every module within a factor 2.75 (concatenate and scatter, slow
+    kernels, are the worst: x0.44, x0.40), and within 25% where the kernel ran at 85% of the
+    copy roofline or more (transposes, row/column reductions, softmax): there the model's
+    bytes over bandwidth is the whole story."""
+    import math
+
+    from bench.calibrate import DEFAULT_RESULTS, calibrate, summary
+    results = json.loads(DEFAULT_RESULTS.read_text())
+    device, rows = calibrate(results)
+    assert device is H200_SXM and len(rows) == 16
+    s = summary(rows)
+    assert 0.75 <= s["geomean_ratio"] <= 1.33, s
+    assert s["max_abs_log_ratio"] < math.log(2.75), s
+    measured = results["suites"]["gpu"]["sections"]["gpu kernels"]["rows"]
+    pct = {r["name"]: r["extra"]["pct_copy_roofline"] for r in measured}
+    efficient = {r.module: round(r.ratio, 2) for r in rows if pct[r.module] >= 85}
+    assert len(efficient) == 7 and all(0.8 <= v <= 1.25 for v in efficient.values()), efficient

@@ -9,8 +9,10 @@ at least ``core_count`` blocks), so compiling for an ``--arch`` picks the matchi
 The cost model (``perf_model.py``) reads the rest: DRAM bandwidth, L1/L2 sizes, the clock,
 FP32 lanes and tensor-core rates (NVIDIA's datasheet figures for the SXM parts, dense), the
 DRAM->L2 transaction size and bytes per SM per clock that XLA's ``GpuPerformanceModel`` uses,
-and the occupancy limits (blocks, registers and their allocation unit per SM). H200 is H100's
-chip with HBM3e (4.8 TB/s): same SMs and clocks, so the same plans; ``device_named`` picks it.
+the L1's bytes per SM per clock, and the occupancy limits (blocks, registers and their
+allocation unit per SM). H200 is H100's chip with HBM3e: same SMs and clocks, so the same plans;
+``device_named`` picks it. Its bandwidth is the copy measured on one (``bench/calibrate.py``);
+H100's and A100's are XLA's spec values, not measured here.
 """
 from __future__ import annotations
 
@@ -40,7 +42,12 @@ class DeviceInfo:
     tensor_tflops: tuple[tuple[str, float], ...] = ()  # operand class ("tf32", "16bit", "8bit") -> dense TFLOP/s
     l1_cache_per_core: int = 0                        # bytes (L1 and shared memory together)
     dram_to_l2_transaction_size_bytes: int = 64
-    memory_transactions_per_clock: int = 32           # bytes one SM moves per clock at most
+    memory_transactions_per_clock: int = 32           # bytes one SM moves per clock at most (DRAM side)
+    # bytes one SM's L1 returns per clock (Volta to Hopper: 128): caps cached re-reads (a
+    # broadcast operand), which the DRAM-side figure above overcharged 4x: softmax_f32 ran at
+    # 97.6% of the copy roofline on the H200 (264 us) although its kernels re-read 805 MB of
+    # broadcast operands, 96 us at 32 B/clk/SM (bench/results/gpu-h200-2026-11-27.json)
+    l1_bytes_per_clock: int = 128
     blocks_per_core_limit: int = 32
     max_registers_per_thread: int = 255
     register_allocation_unit: int = 256               # registers are given to a warp in these units
@@ -84,8 +91,11 @@ A100_SXM = DeviceInfo(
     fpus_per_core=64, tensor_tflops=(("tf32", 156.0), ("16bit", 312.0)),
     l1_cache_per_core=196608, memory_size=40 * 2**30)
 
-# H100's chip with 141 GB of HBM3e at 4.8 TB/s: the plans are H100's, the cost model differs
-H200_SXM = replace(H100_SXM, name="NVIDIA H200 SXM", memory_bandwidth=4800000000000, memory_size=141 * 10**9)
+# H100's chip with 141 GB of HBM3e: the plans are H100's, the cost model differs. Bandwidth: what
+# a 256 MiB cuMemcpyDtoD moved on an H200 (read + write counted), 4167 GB/s, not the datasheet's
+# 4.8 TB/s (bench/results/gpu-h200-2026-11-27.json, copy_roofline; the transposes and row/column
+# reductions there ran at 88-98% of it)
+H200_SXM = replace(H100_SXM, name="NVIDIA H200 SXM", memory_bandwidth=4167000000000, memory_size=141 * 10**9)
 
 # Blackwell B200: 148 SMs and Hopper's shared memory sizes; the rest is not pinned down here.
 B200 = DeviceInfo(

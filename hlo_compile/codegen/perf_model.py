@@ -7,13 +7,15 @@ After XLA's ``GpuPerformanceModel`` (``xla/service/gpu/model/gpu_performance_mod
   warp's useful share of its 64-byte segments: XLA's ``element size / 64`` for one lane per
   segment); re-reads (a broadcast operand) at 2.5x that bandwidth when the operand fits in
   L2, 8x more when it fits in the L1s (XLA's ``kL2CacheSpeedup``/``kL1CacheSpeedup``).
-  Both are capped by what the active SMs can issue: 32 bytes per SM per clock (XLA's
-  ``AdjustBandwidth``). **Writes**, per output: bytes over bandwidth, divided by the write
-  utilisation (ours: XLA takes writes as coalesced).
+  DRAM traffic is capped by what the active SMs can issue: 32 bytes per SM per clock (XLA's
+  ``AdjustBandwidth``, per block there); cached re-reads by the L1's 128 bytes per SM per
+  clock (``l1_bytes_per_clock``: measured, see device_info). **Writes**, per output: bytes
+  over bandwidth, divided by the write utilisation (ours: XLA takes writes as coalesced).
 - **Compute**: flops (``count_flops``) at an FMA per FP32 lane per clock on the lanes the
   resident threads fill (XLA's ``CalculateEffectiveFlopsPerNs``, with the threads of every
-  resident block rather than one block's), half rate for f64; a dot on the tensor-core path
-  at the device's dense tensor rate for its operand type.
+  resident block rather than one block's), half rate for f64; the multiply-adds of a dot or
+  convolution off tensor cores at ``CUDA_CORE_CONTRACTION_EFFICIENCY`` of that (measured); a
+  dot on the tensor-core path at the device's dense tensor rate for its operand type.
 - **Time** = compute + memory - 0.95 x min(compute, memory) (XLA's
   ``CombineComputeAndMemoryAccessTime``: nearly the max of the two) + 1 us launch overhead
   (XLA's ``kKernelLaunchOverhead``).
@@ -25,7 +27,9 @@ After XLA's ``GpuPerformanceModel`` (``xla/service/gpu/model/gpu_performance_mod
 Limits (say so when quoting a number): no latency model (a kernel with few bytes in flight
 is as fast as its bandwidth says), caches only as XLA's two speedups, tensor-core dots at
 peak rate, data-dependent reads (gather, scatter, sort) by XLA's heuristic, a tiled dot's
-operand re-reads counted once per element read by the staging maps. Not calibrated on a GPU.
+operand re-reads counted once per element read by the staging maps. Calibrated on one H200 run
+(``python -m bench.calibrate``; bench/results/calibration-h200-2026-11-27.md): its bandwidth,
+the L1 cap and the CUDA-core contraction efficiency; XLA's constants as XLA has them.
 """
 from __future__ import annotations
 
@@ -46,6 +50,12 @@ if TYPE_CHECKING:
 L2_CACHE_SPEEDUP = 2.5            # XLA's kL2CacheSpeedup
 L1_CACHE_SPEEDUP = 8.0            # XLA's kL1CacheSpeedup
 MEMORY_COMPUTE_PARALLELISM = 0.95  # XLA's kMemoryComputeParallelism
+# Share of the FP32 FMA peak our tiled GEMM off tensor cores reaches (emitters/gemm: 64x64
+# block tiles staged in shared memory, a 4x4 register tile per thread; the dot and convolution
+# emitters share it): on the H200, dot_f32 (4096^3) ran at 18.7 TFLOP/s and convolution_f32
+# (an implicit GEMM of 401408x64x576) at 18.6, 28% of 66.9 (bench/results/gpu-h200-2026-11-27.json).
+# Other devices are assumed alike.
+CUDA_CORE_CONTRACTION_EFFICIENCY = 0.28
 ESTIMATED_REGISTERS = 32          # per thread, when ptxas has not said
 STATIC_SHARED_LIMIT = 48 * 1024
 
@@ -237,10 +247,8 @@ def estimate_kernel(kernel: "KernelPlan", device: DeviceInfo, registers: int | N
     bandwidth = float(device.memory_bandwidth or 1e12)
     clock = (device.clock_rate_ghz or 1.0) * 1e9
     active_cores = min(num_blocks, device.core_count) if num_blocks else 0
-    issue_limit = max(active_cores, 1) * clock * device.memory_transactions_per_clock
-
-    def capped(bw: float) -> float:
-        return min(bw, issue_limit)
+    dram_limit = max(active_cores, 1) * clock * device.memory_transactions_per_clock
+    cache_limit = max(active_cores, 1) * clock * device.l1_bytes_per_clock
 
     read_s = 0.0
     moved = 0
@@ -248,28 +256,33 @@ def estimate_kernel(kernel: "KernelPlan", device: DeviceInfo, registers: int | N
         if r.bytes_total == 0:
             continue
         rate = 1.0 if r.coalesced else max(r.efficiency, 1e-3)
-        rest = bandwidth
+        rest, rest_limit = bandwidth, cache_limit
         if r.bytes_net < (device.l2_cache_size or 0):
             rest *= L2_CACHE_SPEEDUP
             if r.bytes_net < device.l1_cache_per_core * device.core_count:
                 rest *= L1_CACHE_SPEEDUP
         else:
-            rest *= rate
+            rest, rest_limit = rest * rate, dram_limit
         dram = min(r.bytes_net, r.bytes_total)
-        read_s += dram / capped(bandwidth * rate) + (r.bytes_total - dram) / capped(rest)
+        read_s += dram / min(bandwidth * rate, dram_limit) + (r.bytes_total - dram) / min(rest, rest_limit)
         moved += round(dram / rate)
     write_s = 0.0
     for w in coal.writes:
         rate = 1.0 if w.coalesced else max(w.efficiency, 1e-3)
-        write_s += w.bytes_net / capped(bandwidth * rate)
+        write_s += w.bytes_net / min(bandwidth * rate, dram_limit)
         moved += round(w.bytes_net / rate)
-    flops, f64 = count_flops(spec.fusion.fused_computation)
+    comp = spec.fusion.fused_computation
+    flops, f64 = count_flops(comp)
     tensor = _tensor_core_rate(spec, device) if tensor_cores else None
     resident_threads = (occ.blocks_per_core * threads) if occ else threads
     lanes = min(resident_threads, device.fpus_per_core) * active_cores
     scalar_rate = 2.0 * clock * max(lanes, 1)
-    dot_flops = _dot_flops(spec.fusion.fused_computation) if tensor else 0
-    compute_s = ((flops - f64 - dot_flops) / scalar_rate + f64 / (scalar_rate * device.fp64_rate)
+    dot_flops = _flops_of(comp, ("dot",))[0] if tensor else 0
+    # multiply-adds of dots and convolutions on CUDA cores, at the emitters' measured efficiency
+    mac, mac64 = _flops_of(comp, ("convolution",) if tensor else ("dot", "convolution"))
+    compute_s = ((flops - f64 - dot_flops - (mac - mac64)) / scalar_rate
+                 + (f64 - mac64) / (scalar_rate * device.fp64_rate)
+                 + (mac - mac64 + mac64 / device.fp64_rate) / (scalar_rate * CUDA_CORE_CONTRACTION_EFFICIENCY)
                  + (dot_flops / (tensor * max(active_cores, 1) / device.core_count) if tensor else 0.0))
     memory_s = read_s + write_s
     exec_s = compute_s + memory_s - MEMORY_COMPUTE_PARALLELISM * min(compute_s, memory_s)
@@ -292,8 +305,16 @@ def _tensor_core_rate(spec, device: DeviceInfo) -> float | None:
     return device.tensor_flops({8: "8bit", 16: "16bit"}.get(bits, "tf32"))
 
 
-def _dot_flops(comp) -> int:
-    return sum(_instruction_flops(i) for i in comp.instructions if i.opcode == "dot")
+def _flops_of(comp, opcodes: tuple[str, ...]) -> tuple[int, int]:
+    """(flops, of which f64) of the instructions of ``comp`` with one of ``opcodes``."""
+    total = f64 = 0
+    for inst in comp.instructions:
+        if inst.opcode in opcodes:
+            n = _instruction_flops(inst)
+            total += n
+            if inst.shape.is_array and inst.shape.element_type == "f64":
+                f64 += n
+    return total, f64
 
 
 # ---- a module ------------------------------------------------------------------------------------
