@@ -113,6 +113,18 @@ def check_results(expected: list[np.ndarray], got: list[np.ndarray]) -> str | No
     return None if cmp.ok else "results differ from the interpreter's: " + cmp.report()[:600]
 
 
+_CONTRACTION = re.compile(r"^(\s*(?:ROOT\s+)?%?[\w.-]+\s*=\s*f32\[[^\]]*\]\S*\s+(?:dot|convolution)\(.*)$", re.M)
+
+
+def full_precision(text: str) -> str:
+    """``text`` with every f32 dot and convolution asking for ``operand_precision={highest,highest}``:
+    XLA:GPU then computes them in FP32 as our kernels and the interpreter do (with the default
+    precision it uses TF32 tensor cores: 3.8e-4 off on the convolution module, 387 TFLOP/s on
+    the dot, a different computation)."""
+    return _CONTRACTION.sub(lambda m: m.group(1) if "operand_precision" in m.group(1)
+                            else m.group(1) + ", operand_precision={highest,highest}", text)
+
+
 def kernel_bytes(plan) -> int:
     """Bytes our kernels read and write, intermediates included: each launch's operands and
     outputs, except that an in-place kernel (dynamic-update-slice, scatter) counts its other

@@ -181,6 +181,13 @@ def xla_queue_time(xr, text: str, args, expected, iterations: int, copies: int =
 
 def bench_xla(xr, data: tuple, iterations: int) -> dict:
     text, module, args, expected = data
+    full = catalog.full_precision(text)
+    if full != text:   # FP32 as ours, not TF32 (see catalog.full_precision)
+        from hlo_compile import parse_module
+        res = bench_xla(xr, (full, parse_module(full), args, expected), iterations)
+        if res.get("how"):
+            res["how"] = "f32 dots/convolutions at operand_precision=highest (FP32, no TF32); " + res["how"]
+        return res
     try:
         chain_text(module, text, 2)
         chainable = len(args) == 1 and len(expected) == 1

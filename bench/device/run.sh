@@ -3,6 +3,7 @@
 #
 #   bench/device/run.sh [--dry-run] [--steps smoke,tests,families,sanitizer,libraries,bench]
 #                       [--budget SECONDS] [--out DIR] [-k EXPR (the tests step only)]
+#                       [--bench-only "NAME ..." (the bench step only)]
 #
 # Installs what travelled in .whl/ (bench/device/prepare_wheels.sh made it), then runs the steps
 # in their order of value, each under its own time limit (`timeout`), each even if the one
@@ -35,6 +36,7 @@ DRY=0
 STEPS="smoke,tests,families,sanitizer,libraries,bench"
 BUDGET=400            # seconds for everything; the benchmark gets what the others left
 KEXPR=                # -k EXPR: only the tests step's tests that match (pytest -k)
+BENCH_ONLY=           # --bench-only "A B": only the bench modules whose names contain A or B
 OUT_DIR=${OUT:-/tmp/hlo-device}
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -44,6 +46,7 @@ while [ $# -gt 0 ]; do
         --budget) BUDGET=$2; shift ;;
         --out) OUT_DIR=$2; shift ;;
         -k) KEXPR=$2; shift ;;
+        --bench-only) BENCH_ONLY=$2; shift ;;
         -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -235,7 +238,9 @@ step_bench() {
     [ $left -lt 30 ] && left=30
     local log=$OUT_DIR/bench.txt t=$SECONDS
     say "== bench (limit ${left}s: what the budget left)"
-    timeout -k 5 "$left" python3 -m bench --suite gpu --json "$OUT_DIR/bench.json" 2>&1 | tee "$log"
+    # shellcheck disable=SC2086
+    timeout -k 5 "$left" python3 -m bench --suite gpu --json "$OUT_DIR/bench.json" ${BENCH_ONLY:+--only $BENCH_ONLY} \
+        2>&1 | tee "$log"
     local rc=${PIPESTATUS[0]}
     say "-- bench: exit $rc in $((SECONDS - t))s"
     [ $rc = 0 ] || FAILED+=(bench)
