@@ -238,9 +238,9 @@ step_bench() {
     [ $left -lt 30 ] && left=30
     local log=$OUT_DIR/bench.txt t=$SECONDS
     say "== bench (limit ${left}s: what the budget left)"
-    # shellcheck disable=SC2086
-    timeout -k 5 "$left" python3 -m bench --suite gpu --json "$OUT_DIR/bench.json" ${BENCH_ONLY:+--only $BENCH_ONLY} \
-        2>&1 | tee "$log"
+    local only=() name
+    for name in $BENCH_ONLY; do only+=(--only "$name"); done
+    timeout -k 5 "$left" python3 -m bench --suite gpu --json "$OUT_DIR/bench.json" "${only[@]}" 2>&1 | tee "$log"
     local rc=${PIPESTATUS[0]}
     say "-- bench: exit $rc in $((SECONDS - t))s"
     [ $rc = 0 ] || FAILED+=(bench)
