@@ -3,7 +3,8 @@
 Normalised shape ``[a, b, c]`` reduced to ``[a, c]``. Blocks ``[a, ceil(c / (32·v))]`` of
 32×32 threads (thread t: ``tx = t mod 32`` picks ``v`` adjacent columns, ``ty = t div 32``
 the rows ``ty, ty + 32, ...``). Each thread folds its rows into ``v`` accumulators, writes
-them transposed into a ``[32·v][33]`` shared tile (padding against bank conflicts), barrier;
+them transposed into a ``[32·v][33]`` shared tile (padding against bank conflicts; the tiles
+of several reduced values are reused in rounds when they would not fit: ``spec.SharedTiles``), barrier;
 warp ``ty`` then reads column ``ty·v + j`` (lane tx holds row-lane tx's partial), shuffles
 16..1, and lane 0 writes the column's result.
 """
@@ -48,19 +49,28 @@ def _emit_column_group(target: Target, spec: ReductionKernelSpec, e: ReductionEm
                     with kb.if_(b.icmp_unsigned("<", c, kb.index(c_n))), e.fe.scope():
                         e.accumulate(accs, j, normalized_linear(kb, spec.rd, a, row, c))
     pitch = WARP + 1
-    arrays = e.shared_arrays("column_tile", WARP * v * pitch)
-    for j in range(v):
-        col = b.add(b.mul(tx, kb.index(v)), kb.index(j))
-        e.store_shared(arrays, b.add(b.mul(col, kb.index(pitch)), ty), e.load(accs, j))
-    target.barrier(b)
-    for j in range(v):
+
+    def store(arrays):
+        for j in range(v):
+            col = b.add(b.mul(tx, kb.index(v)), kb.index(j))
+            e.store_shared(arrays, b.add(b.mul(col, kb.index(pitch)), ty), e.load(accs, j))
+
+    def load(arrays):
+        return [e.load_shared(arrays, b.add(b.mul(b.add(b.mul(ty, kb.index(v)), kb.index(j)), kb.index(pitch)), tx),
+                              None) for j in range(v)]
+
+    for j, vals in enumerate(e.exchange("column_tile", store, load)):
         col = b.add(b.mul(ty, kb.index(v)), kb.index(j))
-        vals = e.load_shared(arrays, b.add(b.mul(col, kb.index(pitch)), tx), None)
         vals = e.warp_reduce(vals, WARP // 2)
         c = b.add(c_base, col)
         ok = b.and_(b.icmp_unsigned("==", tx, kb.index(0)), b.icmp_unsigned("<", c, kb.index(c_n)))
         with kb.if_(ok):
             e.write_results(vals, normalized_linear(kb, spec.rd, a, kb.index(0), c))
+
+
+def column_shared_elements(rd: ReductionDimensions, geometry: dict) -> int:
+    """One tile ``[32·v][33]`` per reduced value (``spec.SharedTiles``)."""
+    return WARP * geometry["vector_size"] * (WARP + 1)
 
 
 def column_geometry(rd: ReductionDimensions, vector_size_fn: VectorSizeFn,
@@ -90,4 +100,4 @@ def column_walks(spec: ReductionKernelSpec):
 
 
 COLUMN = ReductionPath(ReductionVariant.COLUMN, column_geometry, lambda geometry: tuple(geometry["blocks"]),
-                       emit_column_kernel, column_walks)
+                       emit_column_kernel, column_walks, column_shared_elements)

@@ -22,7 +22,7 @@ from ...fusion_analysis import ReductionDimensions
 from ...index_op_table import INDEX_OPS
 from ...kernel import open_kernel
 from ...kernel_builder import NO_WRAP, KernelBuilder
-from ...llvm_types import I32, from_storage, storage_bytes, storage_type
+from ...llvm_types import I8, I32, from_storage, storage_bytes, storage_type
 from ...target import Target
 from .spec import ReductionKernelSpec, array_shape, hero_of, output_slots
 
@@ -76,6 +76,14 @@ def shared_type(t: ir.Type) -> ir.Type:
     return ir.IntType(8) if t == ir.IntType(1) else t
 
 
+def storage_bytes_of(t: ir.Type) -> int:
+    """Bytes one value of LLVM type ``t`` takes in a shared tile."""
+    t = shared_type(t)
+    if isinstance(t, ir.IntType):
+        return max(1, -(-t.width // 8))
+    return {"half": 2, "bfloat": 2, "float": 4, "double": 8}[str(t)]
+
+
 # ---- the kernel state ------------------------------------------------------------------------
 
 class ReductionEmitter:
@@ -95,6 +103,7 @@ class ReductionEmitter:
         self.inits = {id(h): [self.fe.value(i, ()) for i in h.operands[self.n_inputs[id(h)]:]] for h in spec.heroes}
         # the active group's heroes and roots (every one until ``emit_groups`` picks a group)
         self.heroes, self.reduce_roots, self.side_roots = spec.heroes, spec.reduce_roots, spec.side_roots
+        self._tiles: list | None = None   # the shared tiles, declared at the first ``exchange``
 
     def emit_groups(self, body) -> ir.Module:
         """``body(self)`` once per reduction group; with several groups each body runs under
@@ -227,14 +236,46 @@ class ReductionEmitter:
             d //= 2
         return vals
 
-    def shared_arrays(self, name: str, count: int) -> dict:
-        return {id(h): [self.target.shared_array(self.b, f"{name}{self.spec.heroes.index(h)}.{i}",
-                                                 shared_type(v.type), count)
-                        for i, v in enumerate(self.inits[id(h)])] for h in self.heroes}
+    def exchange(self, name: str, store, load) -> list[dict]:
+        """Pass the active group's reduced values through the kernel's shared tiles
+        (``spec.shared_tiles``): ``store(arrays)`` writes each thread's partials and
+        ``load(arrays)`` reads them back after a barrier as a list of value dicts (one per
+        read, ``{id(hero): [leaf values]}``); ``arrays`` maps each hero to one tile pointer per
+        reducer leaf, ``None`` for the leaves of another round. With fewer tiles than values
+        the values go through in rounds, a barrier before each round's stores (every thread
+        has read the previous round). Returns the merged reads. Call at a point every thread
+        of the block reaches."""
+        tiles = self.spec.shared_tiles
+        if self._tiles is None:   # declared in the entry block: every group's body reuses them
+            with self.b.goto_entry_block():
+                self._tiles = [self.target.shared_array(self.b, f"{name}.{s}", I8, tiles.tile_bytes)
+                               for s in range(tiles.slots)]
+        leaves = [(h, i) for h in self.heroes for i in range(len(self.inits[id(h)]))]
+        assert len(leaves) <= tiles.values and all(
+            storage_bytes_of(self.inits[id(h)][i].type) <= tiles.element_bytes for h, i in leaves), name
+        merged: list[dict] | None = None
+        for r in range(0, len(leaves), len(self._tiles)):
+            arrays = {id(h): [None] * len(self.inits[id(h)]) for h in self.heroes}
+            for tile, (h, i) in zip(self._tiles, leaves[r:r + len(self._tiles)]):
+                arrays[id(h)][i] = tile
+            if r:
+                self.target.barrier(self.b)
+            store(arrays)
+            self.target.barrier(self.b)
+            got = load(arrays)
+            if merged is None:
+                merged = got
+            else:
+                for m, g in zip(merged, got):
+                    for key, ptrs in arrays.items():
+                        m[key] = [gv if p is not None else mv for p, gv, mv in zip(ptrs, g[key], m[key])]
+        return merged or []
 
     def store_shared(self, arrays: dict, index: ir.Value, vals: dict) -> None:
         for key, ptrs in arrays.items():
             for p, v in zip(ptrs, vals[key]):
+                if p is None:
+                    continue
                 st = shared_type(v.type)
                 vv = self.b.zext(v, st) if st != v.type else v
                 self.b.store(vv, self.b.gep(p, [index], inbounds=True, source_etype=st))
@@ -246,6 +287,9 @@ class ReductionEmitter:
         for h in self.heroes:
             vs = []
             for p, init in zip(arrays[id(h)], self.inits[id(h)]):
+                if p is None:       # a value of another round
+                    vs.append(None)
+                    continue
                 st = shared_type(init.type)
                 v = self.b.load(self.b.gep(p, [index], inbounds=True, source_etype=st), typ=st)
                 if st != init.type:

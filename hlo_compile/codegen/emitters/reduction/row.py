@@ -64,16 +64,21 @@ def _emit_row_group(target: Target, spec: ReductionKernelSpec, e: ReductionEmitt
         warps = nr // WARP
         if warps > 1:
             stride = warps + (1 if warps % WARP == 0 else 0)
-            arrays = e.shared_arrays("row_partials", nk * stride)
             lane = b.urem(tx, kb.index(WARP))
             warp = b.udiv(tx, kb.index(WARP))
             row_base = b.mul(ty, kb.index(stride))
-            with kb.if_(b.icmp_unsigned("==", lane, kb.index(0))):
-                e.store_shared(arrays, b.add(row_base, warp), vals)
-            target.barrier(b)
             valid = b.icmp_unsigned("<", lane, kb.index(warps))
             slot = b.select(valid, lane, kb.index(0))
-            vals = e.load_shared(arrays, b.add(row_base, slot), valid)
+            partials = vals
+
+            def store(arrays):
+                with kb.if_(b.icmp_unsigned("==", lane, kb.index(0))):
+                    e.store_shared(arrays, b.add(row_base, warp), partials)
+
+            def load(arrays):
+                return [e.load_shared(arrays, b.add(row_base, slot), valid)]
+
+            vals = e.exchange("row_partials", store, load)[0]
             vals = e.warp_reduce(vals, WARP // 2)
     with kb.if_(b.and_(y_ok, b.icmp_unsigned("==", tx, kb.index(0)))):
         e.write_results(vals, normalized_linear(kb, spec.rd, kb.index(0), y, kb.index(0)))
@@ -125,10 +130,19 @@ def row_walks(spec: ReductionKernelSpec):
     return inp, out
 
 
+def row_shared_elements(rd: ReductionDimensions, geometry: dict) -> int:
+    """The partials tile ``[nk][warps (+1)]`` of a row with several warps (none otherwise)."""
+    warps = geometry["reduce_threads"] // WARP
+    if warps <= 1:
+        return 0
+    return geometry["kept_threads"] * (warps + (1 if warps % WARP == 0 else 0))
+
+
 def _one_row_of_blocks(geometry: dict) -> tuple[int, int]:
     return geometry["blocks"], 1
 
 
-ROW = ReductionPath(ReductionVariant.ROW, row_geometry, _one_row_of_blocks, emit_row_kernel, row_walks)
+ROW = ReductionPath(ReductionVariant.ROW, row_geometry, _one_row_of_blocks, emit_row_kernel, row_walks,
+                    row_shared_elements)
 MULTI_ROW = ReductionPath(ReductionVariant.MULTI_ROW, multi_row_geometry, _one_row_of_blocks, emit_row_kernel,
                           row_walks)

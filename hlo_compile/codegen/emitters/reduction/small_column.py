@@ -76,20 +76,34 @@ def _emit_group(target: Target, spec: ReductionKernelSpec, e: ReductionEmitter) 
                 with kb.if_(b.icmp_unsigned("<", b.add(pos, kb.index(j)), kb.index(bc))), e.fe.scope():
                     e.accumulate(accs, j, b.add(first, kb.index(j)) if j else first)
     pitch = c_n + pad
-    arrays = e.shared_arrays("small_column_tile", rows * pitch)
-    for j in range(v):
-        q = b.add(tv, kb.index(j)) if j else tv
-        row, col = b.udiv(q, kb.index(c_n)), b.urem(q, kb.index(c_n))
-        e.store_shared(arrays, b.add(b.mul(row, kb.index(pitch)), col), e.load(accs, j))
-    target.barrier(b)
+
+    def store(arrays):
+        for j in range(v):
+            q = b.add(tv, kb.index(j)) if j else tv
+            row, col = b.udiv(q, kb.index(c_n)), b.urem(q, kb.index(c_n))
+            e.store_shared(arrays, b.add(b.mul(row, kb.index(pitch)), col), e.load(accs, j))
+
+    def load(arrays):
+        out = []
+        for s in range(v):
+            q = b.add(t, kb.index(s * n_threads)) if s else t
+            row, col = b.urem(q, kb.index(rows)), b.udiv(q, kb.index(rows))
+            out.append(e.load_shared(arrays, b.add(b.mul(row, kb.index(pitch)), col), None))
+        return out
+
+    reads = e.exchange("small_column_tile", store, load)
     writer = b.icmp_unsigned("==", b.urem(t, kb.index(rows)), kb.index(0))
-    for s in range(v):
+    for s, vals in enumerate(reads):
         q = b.add(t, kb.index(s * n_threads)) if s else t
-        row, col = b.urem(q, kb.index(rows)), b.udiv(q, kb.index(rows))
-        vals = e.load_shared(arrays, b.add(b.mul(row, kb.index(pitch)), col), None)
+        col = b.udiv(q, kb.index(rows))
         vals = e.warp_reduce(vals, rows // 2)
         with kb.if_(writer):
             e.write_results(vals, b.add(block_base, col))
+
+
+def small_column_shared_elements(rd: ReductionDimensions, geometry: dict) -> int:
+    """The tile ``[shared_rows][c + padding]`` per reduced value."""
+    return geometry["shared_rows"] * (rd.dimensions[2] + geometry["shared_padding"])
 
 
 def small_column_walks(spec: ReductionKernelSpec):
@@ -109,4 +123,5 @@ def small_column_walks(spec: ReductionKernelSpec):
 
 
 SMALL_COLUMN = ReductionPath(ReductionVariant.SMALL_COLUMN, small_column_geometry,
-                             lambda geometry: (geometry["blocks"], 1), emit_small_column_kernel, small_column_walks)
+                             lambda geometry: (geometry["blocks"], 1), emit_small_column_kernel, small_column_walks,
+                             small_column_shared_elements)

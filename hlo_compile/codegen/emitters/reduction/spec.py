@@ -11,6 +11,18 @@ hero's output index.
 Disjoint reduction groups (XLA's ``GroupDisjointReductions``): roots whose computations share
 no operand (broadcast constants and scalars aside) are reduced by different blocks, the
 group being ``blockIdx.z`` (``ReductionEmitter.emit_groups``).
+
+Shared tiles (``SharedTiles``): the row, column and small-column paths pass each thread's
+partials through a shared tile of ``ReductionPath.shared_elements(rd, geometry)`` elements, one
+per reduced value (hero x reducer leaf). XLA allocates one tile per reduced value too and
+keeps fusions whose tiles exceed the block's shared memory from forming
+(``SharedMemoryUsage``/``FusionFitsInBudget`` in its ``gpu_fusible.cc``); a module written
+elsewhere may still hold one (TF BERT's 4-output column reductions: 4 x 16896 B). Here the
+kernel owns only as many tiles as fit the static shared memory limit (48 KiB,
+``launch_limits.STATIC_SHARED_LIMIT``), each sized for the widest value, shared by the
+disjoint groups (one group runs per block) and reused in rounds (barrier between rounds)
+when a group has more reduced values than tiles. The reduction order is unchanged, so the
+results are bit-identical to the one-tile-per-value kernel.
 """
 from __future__ import annotations
 
@@ -21,15 +33,69 @@ from llvmlite import ir
 
 from ....hlo import HloInstruction
 from ....indexing import affine as A
+from ... import launch_limits
 from ....indexing.indexing_map import IndexingMap
 from ...emitter_kind import ReductionVariant
 from ...fusion_analysis import FusionAnalysis, ReductionDimensions, find_hero
 from ...kernel import KernelSpec, output_leaves
+from ...llvm_types import storage_bytes
 from ...target import Target
 from ...thread_maps import expr_delinearize, expr_linearize, work_item_map
 
 
 VectorSizeFn = Callable[[int, int], int]   # XLA's GetVectorSizeForMlir(minor dim, threads)
+SHARED_ALIGN = 16                          # every shared array is 16-byte aligned (both targets)
+
+
+def _no_shared(rd: ReductionDimensions, geometry: dict) -> int:
+    return 0
+
+
+@dataclass(frozen=True)
+class SharedTiles:
+    """The kernel's shared tiles: ``slots`` arrays of ``elements`` x ``element_bytes`` (the
+    widest reduced value's storage size), reused over the ``values`` reduced values of the
+    largest group in ``rounds`` rounds."""
+
+    elements: int
+    element_bytes: int
+    slots: int
+    values: int
+
+    @property
+    def tile_bytes(self) -> int:
+        return self.elements * self.element_bytes
+
+    @property
+    def rounds(self) -> int:
+        return -(-self.values // self.slots) if self.slots else 0
+
+    @property
+    def static_bytes(self) -> int:
+        """The static shared memory of the kernel: each tile rounded up to its alignment (as
+        ptxas and the host target place them)."""
+        return self.slots * (-(-self.tile_bytes // SHARED_ALIGN) * SHARED_ALIGN)
+
+    def describe(self) -> str:
+        if not self.slots:
+            return "shared memory: none"
+        return (f"shared memory: {self.static_bytes} B static, {self.slots} tile(s) of {self.elements} x "
+                f"{self.element_bytes} B for {self.values} reduced value(s) per group"
+                + (f", reused in {self.rounds} rounds" if self.rounds > 1 else ""))
+
+
+def plan_shared_tiles(elements: int, value_bytes: list[list[int]]) -> SharedTiles:
+    """Tiles of ``elements`` for groups of reduced values of ``value_bytes`` (per group, the
+    storage bytes of each value): one per value of the largest group while they all fit the
+    static shared memory limit, else as many as fit (at least one: a single tile beyond the
+    limit is left to the launch check, which refuses it)."""
+    values = max((len(g) for g in value_bytes), default=0)
+    if elements <= 0 or values == 0:
+        return SharedTiles(max(elements, 0), 0, 0, values)
+    width = max(b for g in value_bytes for b in g)
+    tile = -(-elements * width // SHARED_ALIGN) * SHARED_ALIGN
+    fit = launch_limits.STATIC_SHARED_LIMIT // tile
+    return SharedTiles(elements, width, max(1, min(values, fit)), values)
 
 
 @dataclass(frozen=True)
@@ -46,6 +112,7 @@ class ReductionPath:
     grid: Callable[[dict], tuple[int, int]]
     emit: Callable[[Target, ReductionKernelSpec], ir.Module]
     walks: Callable[[ReductionKernelSpec], tuple[tuple, tuple]]
+    shared_elements: Callable[[ReductionDimensions, dict], int] = _no_shared   # elements of one shared tile
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,6 +145,13 @@ class ReductionKernelSpec(KernelSpec):
             if any(x is inst for x in (*heroes, *roots, *sides)):
                 return g
         raise KeyError(inst.name)
+
+    @property
+    def shared_tiles(self) -> SharedTiles:
+        """The shared tiles the kernel declares (``plan_shared_tiles``)."""
+        per_group = [[storage_bytes(x.shape.element_type) for h in heroes for x in h.operands[len(h.operands) // 2:]]
+                     for heroes, _, _ in (self.groups or [(self.heroes, [], [])])]
+        return plan_shared_tiles(self.path.shared_elements(self.rd, self.geometry), per_group)
 
     # ---- thread -> data maps (XLA's reduction indexing, notes §b.5) -----------------------------
     def _group_constraint(self, inst: HloInstruction) -> list[tuple]:
@@ -137,13 +211,15 @@ class ReductionKernelSpec(KernelSpec):
                  f"{self.num_groups} reduction group{'s' if self.num_groups > 1 else ''} (blockIdx.z)"
                  + "".join(f"; group {g}: {', '.join('%' + r.name for r in (*roots, *sides))}"
                            for g, (_, roots, sides) in enumerate(self.groups)) * (self.num_groups > 1)]
+        lines.append(self.shared_tiles.describe())
         lines.append(f"thread -> input (%{self.heroes[0].operands[0].name}): {self.thread_to_input_map()}")
         lines += [f"thread -> output (%{r.name}): {self.reduce_root_map(i)}" for i, r in enumerate(self.reduce_roots)]
         return lines + self.notes + self.partitioned.to_text().splitlines()
 
     def summary_fields(self) -> dict:
         return {"reduction_path": self.variant, **{k: v for k, v in self.geometry.items()},
-                "reduction_groups": self.num_groups, "index_type": str(self.index_type)}
+                "reduction_groups": self.num_groups, "static_shared_bytes": self.shared_tiles.static_bytes,
+                "index_type": str(self.index_type)}
 
 
 def output_slots(fusion: HloInstruction) -> list[tuple[HloInstruction, int | None, object]]:
