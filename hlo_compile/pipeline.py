@@ -247,6 +247,7 @@ def summary(result: PipelineResult) -> dict:
         plan, cost_device(result.options.device, plan.device), resources, result.options.dot_tensor_cores)
     # each fusion's own estimate (a reused kernel's figures under the fusion's buffer names)
     own_estimate = {e.fusion: e for e in cost.kernels} if cost is not None else {}
+    not_estimated = dict(cost.not_estimated) if cost is not None else {}  # name → why (left out of the total)
     for k in (plan.kernels if plan is not None else []):
         a = k.analysis
         res = resources.get(k.kernel_name)
@@ -260,19 +261,23 @@ def summary(result: PipelineResult) -> dict:
             "registers": res.registers if res else None,
             "spills": (res.spill_stores_bytes + res.spill_loads_bytes) if res else None,
             "stage_seconds": result.kernel_seconds.get(k.kernel_name, {}),
-            **(est.summary_fields() if est is not None else {"estimated_us": None}),
+            **(est.summary_fields() if est is not None else
+               {"estimated_us": None, "not_estimated": not_estimated.get(k.kernel_name)}),
         })
     for call in (plan.library_calls if plan is not None else []):
         target = call.attr("custom_call_target")
+        call_est = cost.for_call(call.name) if cost is not None else None
         kernels.append({"fusion": call.name, "kernel": None, "hero": call.name, "emitter": "library",
                         "variant": None, "library": target, "reason": library_reason(target),
                         "grid": None, "block": None, "shared_bytes": 0, "registers": None, "spills": None,
-                        "stage_seconds": {}})
+                        "stage_seconds": {},
+                        **(call_est.summary_fields() if call_est is not None else
+                           {"estimated_us": None, "not_estimated": not_estimated.get(call.name)})})
     for fft in (fft_calls(plan) if plan is not None else []):
         kernels.append({"fusion": fft.name, "kernel": None, "hero": fft.name, "emitter": "library",
                         "variant": None, "library": FFT_LIBRARY, "reason": FFT_REASON,
                         "grid": None, "block": None, "shared_bytes": 0, "registers": None, "spills": None,
-                        "stage_seconds": {}})
+                        "stage_seconds": {}, "estimated_us": None, "not_estimated": not_estimated.get(fft.name)})
     return {"module": result.source.name, "arch": result.options.arch, "kernels": kernels,
             "stages": list(result.artifacts), "skipped_stages": result.skipped,
             "stage_seconds": {k: round(v, 6) for k, v in result.module_seconds.items()},

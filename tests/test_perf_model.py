@@ -183,3 +183,178 @@ def test_calibrated_on_the_h200_run():
     pct = {r["name"]: r["extra"]["pct_copy_roofline"] for r in measured}
     efficient = {r.module: round(r.ratio, 2) for r in rows if pct[r.module] >= 85}
     assert len(efficient) == 7 and all(0.8 <= v <= 1.25 for v in efficient.values()), efficient
+
+
+# ---- library calls, not-estimated steps, shared kernels, the top-N table ---------------------------
+
+def _plan(text: str, **options):
+    from hlo_compile.codegen.compiler import plan_module
+    from hlo_compile.options import CompileOptions
+    return plan_module(parse_module(text), CompileOptions(**options))
+
+
+def _big_gemm(a: str, b: str, out: str, bias: str):
+    from dataclasses import replace
+
+    from test_gemm_calls import CASES, call_text
+    return call_text(replace(CASES["bias"], a=a, b=b, out=out, bias=bias))
+
+
+@pytest.mark.parametrize("et,peak", [("f32", lambda d: d.fp32_flops), ("bf16", lambda d: d.tensor_flops("16bit"))])
+@pytest.mark.parametrize("device", [H100_SXM, H200_SXM, A100_SXM], ids=lambda d: d.name)
+def test_a_library_gemm_is_estimated_and_in_the_total(et, peak, device):
+    """A __cublas$lt$matmul kept as a call (--gemm=library) is a row of its own: its flops at the
+    FP32 CUDA-core peak (f32: our cuBLASLt step computes in full FP32) or the 16-bit tensor-core
+    rate, within 2x of flops/peak, and it is in the module's total."""
+    from hlo_compile.codegen.perf_model import estimate_module
+    m, n, k = 4096, 2048, 3072
+    text = _big_gemm(f"{et}[{m},{k}]{{1,0}}", f"{et}[{k},{n}]{{1,0}}", f"{et}[{m},{n}]{{1,0}}", f"{et}[{n}]{{0}}")
+    plan = _plan(text, gemm="library", arch=device.arch)
+    assert not plan.kernels and len(plan.library_calls) == 1
+    cost = estimate_module(plan, device)
+    (call,) = cost.library_calls
+    assert call.target == "__cublas$lt$matmul" and call.library == "cuBLASLt" and cost.not_estimated == ()
+    assert 2 * m * n * k <= call.flops < 2 * m * n * k * 1.01
+    ideal_us = 2 * m * n * k / peak(device) * 1e6
+    assert ideal_us <= call.estimated_us < 2 * ideal_us
+    assert call.bytes == (m * k + k * n + n + m * n) * (4 if et == "f32" else 2)   # no workspace
+    assert cost.estimated_us == pytest.approx(call.estimated_us) and cost.flops == call.flops
+    s = cost.summary_fields()
+    assert s["library_calls_estimated"] == 1 and s["not_estimated_count"] == 0
+    assert s["top_kernels"][0]["name"] == "cc" and s["top_kernels"][0]["kind"] == "library call"
+
+
+def test_a_small_library_gemm_is_memory_and_launch_bound():
+    from hlo_compile.codegen.perf_model import estimate_module
+    from test_gemm_calls import CASES, call_text
+    cost = estimate_module(_plan(call_text(CASES["bias"]), gemm="library", arch="sm_90"), H200_SXM)
+    (call,) = cost.library_calls
+    assert call.bound == "memory"
+    assert call.estimated_us == pytest.approx(call.bytes / H200_SXM.memory_bandwidth * 1e6 + 1.0)
+    # --gemm=generated: the call is lowered to a kernel, estimated as one
+    generated = estimate_module(_plan(call_text(CASES["bias"]), gemm="generated", arch="sm_90"), H200_SXM)
+    assert not generated.library_calls and generated.kernels and generated.not_estimated == ()
+
+
+def test_a_cudnn_convolution_is_estimated():
+    from hlo_compile.codegen.perf_model import estimate_module
+    from test_conv_calls import Conv, call_text
+    # NHWC, the filter KRSC-packed (a layout cuDNN takes: else the call is lowered to a kernel)
+    cv = Conv("b01f_01io->b01f", n=32, c=64, o=128, x_sp=(56, 56), k_sp=(3, 3), pad=((1, 1), (1, 1)), et="f16",
+              layouts={"w": (2, 1, 0, 3)})
+    macs = 32 * 56 * 56 * 128 * 9 * 64
+    for kind in ("fwd", "bwd_input", "bwd_filter"):
+        cost = estimate_module(_plan(call_text(kind, cv, scratch=1024), arch="sm_90"), H100_SXM)
+        (call,) = cost.library_calls
+        assert call.flops == 2 * macs and call.peak == "16bit tensor cores", kind
+        assert call.estimated_us == pytest.approx(2 * macs / H100_SXM.tensor_flops("16bit") * 1e6 + 1.0), kind
+        assert call.bytes == 2 * (32 * 56 * 56 * (64 + 128) + 9 * 64 * 128), kind   # no scratch
+
+
+def test_an_attention_call_is_listed_as_not_estimated(tmp_path):
+    """A cuDNN fused-attention call is left out of the total and said so: in not_estimated with
+    why, counted in the summary and in --emit=fusions."""
+    from hlo_compile.cli.compile import main
+    from hlo_compile.codegen.perf_model import estimate_module
+    from hlo_compile.codegen.report import fusion_report_text
+    from test_fmha_calls import Case, module_text
+    text = module_text(Case())
+    plan = _plan(text, arch="sm_90")
+    assert [c.name for c in plan.library_calls] == ["fmha.fwd"]
+    cost = estimate_module(plan)
+    why = dict(cost.not_estimated)["fmha.fwd"]
+    assert "fused attention" in why and not cost.library_calls
+    assert cost.estimated_us == pytest.approx(sum(k.estimated_us for k in cost.kernels))
+    s = cost.summary_fields()
+    assert s["not_estimated_count"] == 1 and s["not_estimated"] == {"fmha.fwd": why}
+    report = fusion_report_text(plan, cost)
+    assert "1 not estimated (left out of the total): %fmha.fwd" in report
+    assert f"cost: not estimated ({why})" in report
+    path = tmp_path / "fmha.hlo"
+    path.write_text(text)
+    r = CliRunner().invoke(main, [str(path), "--dump-to", str(tmp_path / "d"), "--arch", "sm_90"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads((tmp_path / "d" / "summary.json").read_text())
+    assert summary["cost_model"]["not_estimated_count"] == 1
+    (row,) = [k for k in summary["kernels"] if k["fusion"] == "fmha.fwd"]
+    assert row["estimated_us"] is None and row["not_estimated"] == why
+
+
+def _shared_uncoalesced_module(copies: int = 2) -> str:
+    """``copies`` identical fusions of a loop-emitted transpose whose reads are uncoalesced:
+    one kernel launched ``copies`` times (kernel reuse)."""
+    fusions = "".join(f"f{n} {{\n  p = f32[64,2048,3]{{2,1,0}} parameter(0)\n  t = f32[3,2048,64]{{2,1,0}} "
+                      f"transpose(p), dimensions={{2,1,0}}\n  ROOT e = f32[3,2048,64]{{2,1,0}} exponential(t)\n}}\n"
+                      for n in range(copies))
+    params = "".join(f"  x{n} = f32[64,2048,3]{{2,1,0}} parameter({n})\n" for n in range(copies))
+    calls = "".join(f"  a{n} = f32[3,2048,64]{{2,1,0}} fusion(x{n}), kind=kLoop, calls=f{n}\n"
+                    for n in range(copies))
+    out = ", ".join("f32[3,2048,64]{2,1,0}" for _ in range(copies))
+    return (f"HloModule m\n{fusions}ENTRY e {{\n{params}{calls}"
+            f"  ROOT t = ({out}) tuple({', '.join(f'a{n}' for n in range(copies))})\n}}\n")
+
+
+def test_a_shared_kernel_is_listed_once(tmp_path):
+    """Two fusions launching one kernel: the kernel is uncoalesced once in the lists (summary,
+    --emit=fusions), its launches both in the total and summed in the top-N table."""
+    from hlo_compile.cli.compile import main
+    from hlo_compile.codegen.perf_model import estimate_module
+    from hlo_compile.codegen.report import fusion_report_text
+    plan = _plan(_shared_uncoalesced_module(), arch="sm_90")
+    assert [k.reuses for k in plan.kernels] == [None, plan.kernels[0].kernel_name]
+    cost = estimate_module(plan)
+    name = plan.kernels[0].kernel_name
+    assert len(cost.kernels) == 2 and all(not k.coalescing.all_coalesced for k in cost.kernels)
+    s = cost.summary_fields()
+    assert s["uncoalesced_kernels"] == [name]
+    (top,) = s["top_kernels"]
+    assert top["name"] == name and top["launches"] == 2 and top["kind"] == "kernel" and top["emitter"] == "loop"
+    assert top["estimated_us"] == pytest.approx(cost.estimated_us, abs=1e-3) and top["pct_of_total"] == 100.0
+    report = fusion_report_text(plan, cost)
+    assert f"uncoalesced: {name};" in report and "2 launches" in report
+    path = tmp_path / "shared.hlo"
+    path.write_text(_shared_uncoalesced_module())
+    r = CliRunner().invoke(main, [str(path), "--dump-to", str(tmp_path / "d"), "--arch", "sm_90"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads((tmp_path / "d" / "summary.json").read_text())
+    assert summary["cost_model"]["uncoalesced_kernels"] == [name]
+    assert len(summary["cost_model"]["top_kernels"]) == len({t["name"] for t in summary["cost_model"]["top_kernels"]})
+
+
+def test_the_top_table_is_sorted_and_sums_to_at_most_the_total(tmp_path):
+    """Twelve kernels and a GEMM: the ten with the most estimated time, most first, after the
+    per-kernel lines of --emit=fusions and as summary.json's cost_model.top_kernels."""
+    from hlo_compile.cli.compile import main
+    lines = []
+    fusions = []
+    for n in range(12):
+        size = 65536 * (n + 1)
+        fusions.append(f"f{n} {{\n  p = f32[{size}] parameter(0)\n  ROOT e = f32[{size}] exponential(p)\n}}\n")
+        lines.append(f"  x{n} = f32[{size}] parameter({n})\n"
+                     f"  y{n} = f32[{size}] fusion(x{n}), kind=kLoop, calls=f{n}\n")
+    gemm = _big_gemm("f32[512,256]{1,0}", "f32[256,128]{1,0}", "f32[512,128]{1,0}", "f32[128]{0}")
+    gemm_body = gemm.split("ENTRY e {\n", 1)[1].rsplit("}", 1)[0]
+    gemm_body = gemm_body.replace("parameter(0)", "parameter(12)").replace("parameter(1)", "parameter(13)") \
+        .replace("parameter(2)", "parameter(14)").replace("ROOT t =", "g =")
+    types = [f"f32[{65536 * (n + 1)}]" for n in range(12)] + ["(f32[512,128]{1,0})"]
+    outs = [f"y{n}" for n in range(12)] + ["g"]
+    text = ("HloModule top\n" + "".join(fusions) + "ENTRY e {\n" + "".join(lines) + gemm_body
+            + f"  ROOT r = ({', '.join(types)}) tuple({', '.join(outs)})\n}}\n")
+    path = tmp_path / "top.hlo"
+    path.write_text(text)
+    r = CliRunner().invoke(main, [str(path), "--emit=fusions", "--arch", "sm_90", "--device", "h200", "-q"])
+    assert r.exit_code == 0, r.output
+    out = r.output.splitlines()
+    head = next(i for i, line in enumerate(out) if line.startswith("// top 10 of 13 by estimated time"))
+    assert head > max(i for i, line in enumerate(out) if line.startswith("  cost ("))   # after every row
+    assert len([line for line in out[head + 1:] if line.startswith("//   ")]) == 10
+    r = CliRunner().invoke(main, [str(path), "--dump-to", str(tmp_path / "d"), "--arch", "sm_90", "--device", "h200"])
+    assert r.exit_code == 0, r.output
+    cost = json.loads((tmp_path / "d" / "summary.json").read_text())["cost_model"]
+    top = cost["top_kernels"]
+    us = [t["estimated_us"] for t in top]
+    assert len(top) == 10 and us == sorted(us, reverse=True)
+    assert sum(us) <= cost["estimated_us"] + 1e-9
+    assert sum(t["pct_of_total"] for t in top) <= 100.0 + 0.05 * len(top)
+    assert cost["library_calls_estimated"] == 1 and cost["not_estimated_count"] == 0
+    assert {"name", "kind", "emitter", "estimated_us", "pct_of_total"} <= set(top[0])

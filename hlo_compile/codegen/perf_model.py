@@ -23,6 +23,16 @@ After XLA's ``GpuPerformanceModel`` (``xla/service/gpu/model/gpu_performance_mod
   (ptxas's count when known, else an estimate of 32 per thread), and the waves of the grid.
 - **Roofline**: the same bytes (distinct reads + writes) at full bandwidth; ``pct_of_roofline``
   is that time over the estimate (100 = a perfect memory-bound kernel).
+- **Library calls** that stay calls (cuBLAS/cuBLASLt GEMMs, cuDNN convolutions:
+  ``--gemm=library``/``--conv=library``): max(flops at the peak for their operand type, bytes of
+  their operands and results at full bandwidth) + launch overhead (``estimate_library_call``).
+  The peak: the device's dense tensor-core rate for 16-bit and 8-bit operands, the FP32 CUDA-core
+  peak for f32 (our cuBLASLt/cuDNN steps compute f32 in full FP32, not TF32) and that times
+  ``fp64_rate`` for f64; complex types 4 real multiply-adds per complex one. A library at peak:
+  a small or oddly shaped GEMM runs slower than this. Rows of their own in the module total.
+- **Not estimated**: a kernel the model cannot evaluate, cuDNN fused attention, an FFT (cuFFT),
+  collectives and asynchronous copies are listed in ``ModuleEstimate.not_estimated`` with why,
+  and left out of the total (the reports say how many).
 
 Limits (say so when quoting a number): no latency model (a kernel with few bytes in flight
 is as fast as its bandwidth says), caches only as XLA's two speedups, tensor-core dots at
@@ -39,6 +49,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..hlo import HloInstruction
+from ..hlo.element_types import is_complex, is_float
+from ..hlo.errors import HloError
+from ..hlo.library_targets import library_family, library_name
 from ..hlo.opcodes import ELEMENTWISE
 from .coalescing import BufferAccess, KernelCoalescing, analyze_kernel
 from .device_info import DeviceInfo, device_named
@@ -57,6 +70,7 @@ MEMORY_COMPUTE_PARALLELISM = 0.95  # XLA's kMemoryComputeParallelism
 # Other devices are assumed alike.
 CUDA_CORE_CONTRACTION_EFFICIENCY = 0.28
 ESTIMATED_REGISTERS = 32          # per thread, when ptxas has not said
+TOP_N = 10                        # rows of the "where the time goes" table
 STATIC_SHARED_LIMIT = 48 * 1024
 
 # flops per output element of an elementwise op beyond the default 1: rough SFU/libdevice costs
@@ -188,6 +202,7 @@ class KernelEstimate:
     tensor_cores: bool
     occupancy: Occupancy | None
     coalescing: KernelCoalescing = field(repr=False, default=None)
+    emitter: str | None = None    # the plan's emitter (loop, reduction, transpose...)
 
     @property
     def bytes(self) -> int:
@@ -293,7 +308,13 @@ def estimate_kernel(kernel: "KernelPlan", device: DeviceInfo, registers: int | N
         bytes_read=sum(r.bytes_net for r in coal.reads), bytes_written=sum(w.bytes_net for w in coal.writes),
         bytes_moved=moved, read_us=read_s * 1e6, write_us=write_s * 1e6, compute_us=compute_s * 1e6,
         launch_us=launch_us, estimated_us=exec_s * 1e6 + launch_us, roofline_us=total_bytes / bandwidth * 1e6,
-        tensor_cores=bool(tensor), occupancy=occ, coalescing=coal)
+        tensor_cores=bool(tensor), occupancy=occ, coalescing=coal, emitter=_emitter_of(kernel))
+
+
+def _emitter_of(kernel: "KernelPlan") -> str | None:
+    analysis = getattr(kernel, "analysis", None)
+    emitter = getattr(analysis, "emitter", None)
+    return None if emitter is None else str(emitter)
 
 
 def _tensor_core_rate(spec, device: DeviceInfo) -> float | None:
@@ -317,17 +338,195 @@ def _flops_of(comp, opcodes: tuple[str, ...]) -> tuple[int, int]:
     return total, f64
 
 
+# ---- library calls -------------------------------------------------------------------------------
+
+class NotEstimated(ValueError):
+    """Why the model has no estimate for a runtime step (listed in ``ModuleEstimate.not_estimated``)."""
+
+
+@dataclass(frozen=True)
+class LibraryCallEstimate:
+    """A GEMM or convolution the runtime hands to cuBLAS/cuBLASLt/cuDNN: max(flops at peak,
+    bytes at bandwidth) + launch overhead (the library assumed at the device's peak)."""
+    call: str                     # the custom-call's name
+    target: str                   # __cublas$lt$matmul, __cudnn$convForward...
+    library: str                  # cuBLAS, cuBLASLt, cuDNN
+    device: str
+    element_type: str             # the operands' (A's, x's)
+    peak: str                     # "16bit tensor cores", "FP32 CUDA cores"...
+    peak_flops: float             # FLOP/s the compute time is taken at
+    flops: int
+    bytes_read: int               # every operand (A, B, C, bias, scales; x, w...)
+    bytes_written: int            # every result leaf but the workspace/scratch
+    compute_us: float
+    memory_us: float
+    launch_us: float
+    estimated_us: float
+    roofline_us: float            # bytes at full bandwidth: memory_us
+
+    kind = "library call"
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_us > self.memory_us else "memory"
+
+    @property
+    def pct_of_roofline(self) -> float:
+        return 100.0 * self.roofline_us / self.estimated_us if self.estimated_us else 0.0
+
+    def summary_fields(self) -> dict:
+        """summary.json's cost-model fields of a library call's row."""
+        return {"estimated_us": round(self.estimated_us, 3), "bytes": self.bytes, "flops": self.flops,
+                "pct_of_bandwidth_roofline": round(self.pct_of_roofline, 1), "bound": self.bound,
+                "compute_us": round(self.compute_us, 3), "memory_us": round(self.memory_us, 3),
+                "peak": self.peak, "peak_tflops": round(self.peak_flops / 1e12, 1),
+                "cost_model_device": self.device}
+
+    def report_line(self) -> str:
+        """The cost line of a library call in ``--emit=fusions``."""
+        return (f"cost ({self.device}): {self.estimated_us:.2f} us, {self.bytes} B, {self.flops} flops "
+                f"({self.element_type} at the {self.peak} peak, {self.peak_flops / 1e12:.1f} TFLOP/s: "
+                f"{self.compute_us:.2f} us; bytes at bandwidth: {self.memory_us:.2f} us), {self.bound}-bound")
+
+
+def _peak(element_type: str, device: DeviceInfo) -> tuple[str, float]:
+    """(what, FLOP/s) a library GEMM/convolution on ``element_type`` operands runs at: dense
+    tensor cores for 16-bit floats and 8-bit types, CUDA cores for f32/f64 (and complex)."""
+    if element_type in ("f64", "c128"):
+        return "FP64 CUDA cores", device.fp32_flops * device.fp64_rate
+    bits = bits_of(element_type)
+    cls = "16bit" if bits == 16 and is_float(element_type) else "8bit" if bits <= 8 else None
+    if cls is None:  # f32, c64 and 16/32-bit integers
+        return "FP32 CUDA cores", device.fp32_flops
+    rate = device.tensor_flops(cls)
+    if rate is None:
+        raise NotEstimated(f"the cost model has no dense tensor-core rate for {element_type} operands "
+                           f"({cls}) on {device.name}")
+    return f"{cls} tensor cores", rate
+
+
+def _array_bytes(shape, skip: tuple[int, ...] | None = None) -> int:
+    """Bytes of the array leaves of ``shape`` but the one at tuple index ``skip``."""
+    return sum(leaf.element_count() * max(1, (bits_of(leaf.element_type) + 7) // 8)
+               for index, leaf in shape.leaves() if leaf.is_array and index != skip)
+
+
+def _gemm_figures(inst: HloInstruction) -> tuple[str, int, int, int]:
+    """(A's element type, flops, bytes read, bytes written) of a cuBLAS GEMM call."""
+    from ..hlo.gemm_call import parse_gemm_call
+    call = parse_gemm_call(inst)
+    a = inst.operands[call.a].shape
+    k = math.prod(a.dimensions[d] for d in call.dot_dims.lhs_contracting_dimensions)
+    out = call.output.element_count()
+    per_mac = 8 if is_complex(a.element_type) else 2   # a complex multiply-add is 4 real ones
+    flops = 0 if call.alpha_is_zero else per_mac * out * k
+    # epilogue: scaling by alpha, adding beta x C and the bias, the activation (GELU: a tanh)
+    flops += out * (1 + (call.c is not None) + call.epilogue.has_bias
+                    + {"relu": 1, "gelu": 8}.get(call.epilogue.activation, 0))
+    skipped = {call.a, call.b} if call.alpha_is_zero else set()
+    read = sum(_array_bytes(o.shape) for i, o in enumerate(inst.operands) if i not in skipped)
+    workspace = (call.workspace_index,) if call.workspace_index is not None else None
+    return a.element_type, flops, read, _array_bytes(inst.shape, workspace)
+
+
+def _conv_figures(inst: HloInstruction) -> tuple[str, int, int, int]:
+    """(x's element type, flops, bytes read, bytes written) of a cuDNN convolution call: the
+    forward convolution's multiply-adds (the backward ones do as many)."""
+    from ..hlo.conv_call import ConvKind, parse_conv_call
+    call = parse_conv_call(inst)
+    window = math.prod(wd.size for wd in call.window)
+    cin = call.w.dimensions[call.dnums.kernel_input_feature_dimension]
+    out = call.y.element_count()
+    flops = 2 * out * window * cin
+    if call.kind is ConvKind.BIAS_ACTIVATION:
+        flops += out * (2 + (call.activation != "kNone") + 2 * call.uses_side_input)
+    read = sum(_array_bytes(o.shape) for o in inst.operands)
+    scratch = (len(inst.shape.tuple_shapes) - 1,)
+    return call.x.element_type, flops, read, _array_bytes(inst.shape, scratch)
+
+
+def estimate_library_call(inst: HloInstruction, device: DeviceInfo) -> LibraryCallEstimate:
+    """The estimate of a GEMM or convolution custom-call the runtime runs through a library;
+    ``NotEstimated`` for any other call (fused attention, a target the model does not know),
+    ``HloError`` for one the call readers refuse."""
+    target = inst.attr("custom_call_target", "")
+    family = library_family(target)
+    if family == "gemm":
+        et, flops, read, written = _gemm_figures(inst)
+    elif family == "conv":
+        et, flops, read, written = _conv_figures(inst)
+    elif family == "fmha":
+        raise NotEstimated(f"cuDNN fused attention ({target}): the model has no estimate for it")
+    else:
+        raise NotEstimated(f"custom-call target '{target}': the model has no estimate for it")
+    peak, rate = _peak(et, device)
+    bandwidth = float(device.memory_bandwidth or 1e12)
+    compute_s = flops / rate
+    memory_s = (read + written) / bandwidth
+    launch_us = device.kernel_launch_overhead_us
+    return LibraryCallEstimate(
+        call=inst.name, target=target, library=library_name(target), device=device.name, element_type=et,
+        peak=peak, peak_flops=rate, flops=flops, bytes_read=read, bytes_written=written,
+        compute_us=compute_s * 1e6, memory_us=memory_s * 1e6, launch_us=launch_us,
+        estimated_us=max(compute_s, memory_s) * 1e6 + launch_us, roofline_us=memory_s * 1e6)
+
+
+# runtime steps outside kernels and library calls that do work the model does not estimate
+_COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
+                "collective-broadcast", "ragged-all-to-all", "all-reduce-start", "all-gather-start",
+                "collective-permute-start")
+UNMODELLED_STEPS: dict[str, str] = {
+    "fft": "an FFT the runtime runs through cuFFT: the model has no FFT estimate",
+    **{op: "a collective: the model has no interconnect estimate" for op in _COLLECTIVES},
+    "copy-start": "an asynchronous copy step: the model has no estimate for it",
+    "send": "a send step: the model has no interconnect estimate",
+    "recv": "a receive step: the model has no interconnect estimate",
+}
+
+
 # ---- a module ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TopRow:
+    """One row of "where the estimated time goes": a kernel (every launch of it summed) or a
+    library call."""
+    name: str
+    kind: str                     # "kernel" or "library call"
+    emitter: str | None           # the kernel's emitter; "library" for a call
+    estimated_us: float
+    pct_of_total: float
+    launches: int = 1
+    target: str | None = None     # a library call's custom-call target
+
+    def to_json(self) -> dict:
+        # rounded down: the rows never add up to more than the module's (rounded) total
+        return {"name": self.name, "kind": self.kind, "emitter": self.emitter, "target": self.target,
+                "launches": self.launches, "estimated_us": math.floor(self.estimated_us * 1000) / 1000,
+                "pct_of_total": round(self.pct_of_total, 1)}
+
 
 @dataclass(frozen=True)
 class ModuleEstimate:
     device: str
     kernels: tuple[KernelEstimate, ...]
-    not_estimated: tuple[tuple[str, str], ...] = ()   # (kernel, why) the model could not take
+    not_estimated: tuple[tuple[str, str], ...] = ()   # (kernel or instruction, why) left out of the total
+    library_calls: tuple[LibraryCallEstimate, ...] = ()   # GEMMs and convolutions the libraries run
 
     def for_kernel(self, name: str) -> KernelEstimate | None:
         """The first estimate of kernel ``name`` (by a table: a module has thousands)."""
         return self._by_kernel.get(name)
+
+    def for_fusion(self, name: str) -> KernelEstimate | None:
+        """The estimate of fusion ``name``'s launch (a reused kernel under the fusion's buffer names)."""
+        return self._by_fusion.get(name)
+
+    def for_call(self, name: str) -> LibraryCallEstimate | None:
+        """The estimate of library custom-call ``name``."""
+        return self._by_call.get(name)
 
     @cached_property
     def _by_kernel(self) -> dict[str, KernelEstimate]:
@@ -336,28 +535,58 @@ class ModuleEstimate:
             table.setdefault(k.kernel, k)
         return table
 
+    @cached_property
+    def _by_fusion(self) -> dict[str, KernelEstimate]:
+        return {k.fusion: k for k in self.kernels}
+
+    @cached_property
+    def _by_call(self) -> dict[str, LibraryCallEstimate]:
+        return {c.call: c for c in self.library_calls}
+
     @property
     def estimated_us(self) -> float:
-        return sum(k.estimated_us for k in self.kernels)
+        return sum(k.estimated_us for k in self.kernels) + sum(c.estimated_us for c in self.library_calls)
 
     @property
     def bytes(self) -> int:
-        return sum(k.bytes for k in self.kernels)
+        return sum(k.bytes for k in self.kernels) + sum(c.bytes for c in self.library_calls)
 
     @property
     def flops(self) -> int:
-        return sum(k.flops for k in self.kernels)
+        return sum(k.flops for k in self.kernels) + sum(c.flops for c in self.library_calls)
 
     @property
     def roofline_us(self) -> float:
-        return sum(k.roofline_us for k in self.kernels)
+        return sum(k.roofline_us for k in self.kernels) + sum(c.roofline_us for c in self.library_calls)
+
+    @property
+    def uncoalesced_kernels(self) -> list[str]:
+        """Each kernel with an uncoalesced access once, however many fusions launch it."""
+        return list(dict.fromkeys(k.kernel for k in self.kernels if not k.coalescing.all_coalesced))
+
+    def top(self, n: int = TOP_N) -> list[TopRow]:
+        """The ``n`` kernels and library calls the most estimated time goes to, most first (a
+        kernel several fusions launch counted once, its launches summed)."""
+        total = self.estimated_us
+        rows: dict[tuple[str, str], list] = {}
+        for k in self.kernels:
+            row = rows.setdefault(("kernel", k.kernel), [k.emitter, 0.0, 0, None])
+            row[1] += k.estimated_us
+            row[2] += 1
+        for c in self.library_calls:
+            rows[("library call", c.call)] = ["library", c.estimated_us, 1, c.target]
+        ranked = sorted(rows.items(), key=lambda kv: (-kv[1][1], kv[0][1]))[:max(n, 0)]
+        return [TopRow(name, kind, emitter, us, 100.0 * us / total if total else 0.0, launches, target)
+                for (kind, name), (emitter, us, launches, target) in ranked]
 
     def summary_fields(self) -> dict:
         pct = 100.0 * self.roofline_us / self.estimated_us if self.estimated_us else 0.0
         return {"device": self.device, "estimated_us": round(self.estimated_us, 3), "bytes": self.bytes,
                 "flops": self.flops, "pct_of_bandwidth_roofline": round(pct, 1),
-                "uncoalesced_kernels": [k.kernel for k in self.kernels if not k.coalescing.all_coalesced],
-                "not_estimated": dict(self.not_estimated)}
+                "kernel_launches": len(self.kernels), "library_calls_estimated": len(self.library_calls),
+                "uncoalesced_kernels": self.uncoalesced_kernels,
+                "not_estimated": dict(self.not_estimated), "not_estimated_count": len(dict(self.not_estimated)),
+                "top_kernels": [r.to_json() for r in self.top()]}
 
 
 def cost_device(name: str | None, plan_device: DeviceInfo) -> DeviceInfo:
@@ -367,13 +596,15 @@ def cost_device(name: str | None, plan_device: DeviceInfo) -> DeviceInfo:
 
 def estimate_module(plan: "ModulePlan", device: DeviceInfo | None = None, resources: dict | None = None,
                     tensor_cores: bool = False) -> ModuleEstimate:
-    """Every kernel of ``plan`` (each run once: loop bodies are not multiplied by trip
-    counts) on ``device`` (default: the plan's); ``resources`` is ptxas's per-kernel
-    ``KernelResources`` (registers, static shared memory) when the cubin stage ran. A kernel
-    the model cannot take (a map it cannot evaluate) is listed with why, never guessed."""
+    """Every kernel and library call of ``plan`` (each run once: loop bodies are not
+    multiplied by trip counts) on ``device`` (default: the plan's); ``resources`` is ptxas's
+    per-kernel ``KernelResources`` (registers, static shared memory) when the cubin stage ran.
+    A kernel the model cannot take (a map it cannot evaluate), a library call it has no
+    estimate for (fused attention) and the runtime steps it does not model (FFTs,
+    collectives) are listed with why, never guessed, and left out of the total."""
     device = device or plan.device
     resources = resources or {}
-    out, skipped = [], []
+    out, skipped = [], {}
     owners: dict[str, KernelEstimate] = {}  # kernel → the estimate of the fusion that owns it
     for k in plan.kernels:
         owner = owners.get(k.kernel_name) if k.reuses is not None else None
@@ -385,12 +616,25 @@ def estimate_module(plan: "ModulePlan", device: DeviceInfo | None = None, resour
             est = estimate_kernel(k, device, res.registers if res else None,
                                   res.shared_bytes if res else None, tensor_cores)
         except (ArithmeticError, ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
-            skipped.append((k.kernel_name, f"{type(e).__name__}: {e}"))
+            skipped.setdefault(k.kernel_name, f"{type(e).__name__}: {e}")
             continue
         out.append(est)
         if k.reuses is None:
             owners[k.kernel_name] = est
-    return ModuleEstimate(device.name, tuple(out), tuple(skipped))
+    calls = []
+    for call in plan.library_calls:
+        try:
+            calls.append(estimate_library_call(call, device))
+        except NotEstimated as e:
+            skipped.setdefault(call.name, str(e))
+        except (HloError, ArithmeticError, ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+            skipped.setdefault(call.name, f"{type(e).__name__}: {e}")
+    for comp in (plan.computations or [plan.module.entry]):
+        for inst in comp.instructions:
+            why = UNMODELLED_STEPS.get(inst.opcode)
+            if why is not None:
+                skipped.setdefault(inst.name, why)
+    return ModuleEstimate(device.name, tuple(out), tuple(skipped.items()), tuple(calls))
 
 
 def _renamed(est: KernelEstimate, k: "KernelPlan") -> KernelEstimate:
@@ -407,5 +651,6 @@ def _renamed(est: KernelEstimate, k: "KernelPlan") -> KernelEstimate:
     return replace(est, fusion=fusion.name, coalescing=KernelCoalescing(reads, writes))
 
 
-__all__ = ["BufferAccess", "KernelEstimate", "ModuleEstimate", "Occupancy", "cost_device", "count_flops",
-           "estimate_kernel", "estimate_module", "occupancy"]
+__all__ = ["BufferAccess", "KernelEstimate", "LibraryCallEstimate", "ModuleEstimate", "NotEstimated", "Occupancy",
+           "TopRow", "cost_device", "count_flops", "estimate_kernel", "estimate_library_call", "estimate_module",
+           "occupancy"]
