@@ -33,6 +33,10 @@ class CompileOptions:
     # the GPU the cost model (codegen/perf_model.py) estimates for: "a100", "h100", "h200";
     # None: the one ``arch`` plans for (sm_80 -> A100, sm_90 -> H100). Plans do not change.
     device: str | None = None
+    # passes of ``passes.run_passes`` not run, by the names ``hlo-compile --list-passes`` prints
+    # (XLA's --xla_disable_hlo_passes/--xla_enable_hlo_passes_only), sorted: a tuple, not a set,
+    # so that its repr (part of the compile cache's keys) is the same in every process
+    skip_passes: tuple[str, ...] = ()
 
     def generated_call_families(self) -> frozenset[str]:
         """The library-call families (``hlo/library_targets.py``) lowered to plain HLO."""

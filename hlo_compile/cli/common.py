@@ -34,8 +34,89 @@ ENVIRONMENT: list[tuple[str, str]] = [
     ("HLO_COMPILE_LARK_ONLY", "1: parse with the Lark parser only, without the hand-written fast path"),
     ("HLO_COMPILE_CUDA_HOME", "a CUDA toolkit to take libdevice and ptxas from before anything else"),
     ("CUDA_HOME, CUDA_PATH", "CUDA toolkit roots, searched after NVIDIA's pip wheels"),
-    ("XLA_FLAGS", "--xla_dump_to=DIR is honoured like --dump-to DIR; other XLA flags are ignored"),
+    ("XLA_FLAGS", "read as flags given before the command line's: --xla_dump_to=DIR (--dump-to DIR), "
+                  "--xla_dump_hlo_pass_re, --xla_disable_hlo_passes, --xla_enable_hlo_passes_only are honoured, "
+                  "dump/log/autotuning flags accepted with a note, any other --xla_* flag refused"),
 ]
+
+# XLA's debug flags that cannot change what runs here: accepted with a note naming the reason.
+# Every other --xla_* flag we do not honour is refused (``xla_flag_refusal``): it may change
+# what XLA compiles or runs, and a flag that does must never be silently ignored.
+XLA_OBSERVATIONAL_FLAGS: dict[str, str] = {
+    # what a dump holds, or how it is written: dumps here are HLO text under XLA's names
+    "xla_dump_hlo_as_text": "dumps are HLO text here already",
+    "xla_dump_hlo_as_long_text": "dumps are HLO text in the long form here already",
+    "xla_dump_hlo_as_proto": "a dump format: dumps are HLO text here, HloProto is not written",
+    "xla_dump_hlo_as_dot": "a dump format: graph renderings are not written here",
+    "xla_dump_hlo_as_html": "a dump format: graph renderings are not written here",
+    "xla_dump_hlo_as_url": "a dump format: graph renderings are not written here",
+    "xla_dump_fusion_visualization": "a dump format: graph renderings are not written here",
+    "xla_dump_hlo_snapshots": "HLO snapshots are not written here (hlo-run --output-literals keeps results)",
+    "xla_dump_hlo_unoptimized_snapshots": "HLO snapshots are not written here",
+    "xla_dump_hlo_module_re": "a dump filter: every module of the input is dumped here",
+    "xla_dump_hlo_pipeline_re": "a dump filter: there is one pass pipeline here, dumped by --xla_dump_hlo_pass_re",
+    "xla_dump_include_timestamp": "a dump file-name detail: names carry no timestamp here",
+    "xla_dump_max_hlo_modules": "a dump limit: every module of the input is dumped here",
+    "xla_dump_module_metadata": "a dump detail: module metadata protos are not written here",
+    "xla_dump_compress_protos": "a dump detail: no protos are written here",
+    "xla_dump_disable_metadata": "a dump detail: metadata is printed as the module holds it",
+    "xla_dump_large_constants": "a dump detail: constants are printed as the module holds them",
+    "xla_dump_full_hlo_config": "a dump detail: no HloModuleConfig is written here",
+    "xla_dump_enable_mlir_pretty_form": "a dump detail: no MLIR is written here",
+    "xla_dump_latency_hiding_schedule": "a dump detail: there is no latency-hiding scheduler here",
+    "xla_enable_dumping": "dumping here is on exactly when --dump-to/--xla_dump_to is given",
+    "xla_gpu_dump_llvmir": "the LLVM IR is always in the dump here (*.ir-no-opt.ll, *.ir-with-opt.ll)",
+    # logging and profiling
+    "xla_detailed_logging": "XLA's logging: there is none here",
+    "xla_hlo_profile": "XLA's per-instruction profiling; hlo-run --iterations times runs",
+    # XLA's autotuner and its caches: nothing here autotunes, the kernels come from our emitters
+    "xla_gpu_autotune_level": "steers XLA's autotuner only; nothing here autotunes",
+    "xla_gpu_exhaustive_tiling_search": "steers XLA's autotuner only; nothing here autotunes",
+    "xla_gpu_dump_autotune_results_to": "XLA's autotuning results: nothing here autotunes",
+    "xla_gpu_load_autotune_results_from": "XLA's autotuning results: nothing here autotunes",
+    "xla_gpu_dump_autotune_logs_to": "XLA's autotuning logs: nothing here autotunes",
+    "xla_gpu_dump_autotuned_gemm_fusions": "XLA's autotuning dumps: nothing here autotunes",
+    "xla_gpu_per_fusion_autotune_cache_dir": "XLA's autotuning cache: nothing here autotunes",
+    "xla_gpu_experimental_autotune_cache_mode": "XLA's autotuning cache: nothing here autotunes",
+    # XLA's own scheduling and compile parallelism: the results do not depend on them
+    "xla_gpu_enable_latency_hiding_scheduler": "orders XLA's async work only; the runtime here runs the module's "
+                                               "instructions in its own order, with the same results",
+    "xla_gpu_enable_analytical_latency_estimator": "a cost model of XLA's latency-hiding scheduler only",
+    "xla_gpu_force_compilation_parallelism": "XLA's compile threads; here -j N (the output is the same)",
+    "xla_force_host_platform_device_count": "the number of XLA:CPU devices; here the participants come from the "
+                                            "module (--num-replicas/--num-partitions)",
+}
+
+# --xla_* flags another change will honour: refused until then
+XLA_NOT_YET: dict[str, str] = {
+    "xla_gpu_ptx_file": "running given PTX instead of the PTX compiled here is not supported yet",
+    "xla_gpu_llvm_ir_file": "running given LLVM IR instead of the IR compiled here is not supported yet",
+}
+
+# what to use instead of a refused --xla_* flag, by a word of its name
+_XLA_INSTEAD = (("fusion", "--no-fusion or --xla_disable_hlo_passes=fusion"),
+                ("pass", "--passes, --xla_disable_hlo_passes or --xla_enable_hlo_passes_only"),
+                ("dump", "--dump-to with --xla_dump_hlo_pass_re"), ("cuda_data_dir", "HLO_COMPILE_CUDA_HOME"),
+                ("triton_gemm", "--gemm"), ("cublas", "--gemm"), ("cudnn", "--conv"),
+                ("command_buffer", "hlo-run --use-cuda-graph"), ("graph_level", "hlo-run --use-cuda-graph"))
+
+# XLA's flags honoured here (besides --xla_dump_to): XLA flag → our option
+XLA_HONOURED = {"xla_disable_hlo_passes": "--disable-passes", "xla_enable_hlo_passes_only": "--enable-passes-only",
+                "xla_dump_hlo_pass_re": "--dump-pass-re"}
+
+
+def xla_flag_refusal(arg: str, source: str = "") -> str:
+    """The one-line refusal of ``arg`` (``--xla_name[=value]``), a flag neither honoured nor
+    observational; ``source``: where it came from (``XLA_FLAGS``), empty for the command line."""
+    name = arg.partition("=")[0]
+    key = name[2:]
+    where = f" (from {source})" if source else ""
+    if key in XLA_NOT_YET:
+        return f"{name}{where} is not supported yet: {XLA_NOT_YET[key]}"
+    instead = next((what for word, what in _XLA_INSTEAD if word in key), None)
+    hint = f"; use {instead} instead" if instead else ""
+    return (f"{name}{where} may change what XLA compiles or runs and is not supported here, so it is refused "
+            f"rather than ignored{hint}")
 
 
 def environment_help() -> str:
@@ -165,30 +246,65 @@ def translate_xla_flags(argv: list[str], command: click.Command, *, values: dict
         if key in refused:
             raise UserError(f"{name} is not supported: {refused[key]}")
         if key.startswith("xla_"):
-            note(prog, f"{arg} is ignored: XLA's debug options have no equivalent here")
+            out += _xla_flag(arg, prog)
             continue
         dashed = "--" + key.replace("_", "-")
         if "_" in key and dashed in ours:
             out.append(dashed + (eq + value if eq else ""))
             continue
         out.append(arg)
+    return _from_xla_flags(prog) + out
+
+
+def _xla_flag(arg: str, prog: str, source: str = "") -> list[str]:
+    """An ``--xla_*`` flag other than --xla_dump_to: our options honouring it, or [] with a
+    note for an observational one; any other is refused (UserError)."""
+    name, eq, value = arg.partition("=")
+    key = name[2:]
+    where = f" (from {source})" if source else ""
+    if key in XLA_HONOURED:
+        if not eq or not value.strip():
+            raise UserError(f"{name}{where} takes a value: {name}=" +
+                            ("REGEX" if key == "xla_dump_hlo_pass_re" else "A,B,..."))
+        return [XLA_HONOURED[key], value]
+    if key in XLA_OBSERVATIONAL_FLAGS:
+        note(prog, f"{arg}{where} is ignored: it cannot change what runs here ({XLA_OBSERVATIONAL_FLAGS[key]})")
+        return []
+    raise UserError(xla_flag_refusal(arg, source))
+
+
+def _from_xla_flags(prog: str) -> list[str]:
+    """``XLA_FLAGS`` as our options, to go before the command line's (whose options then win;
+    --xla_disable_hlo_passes adds up): --xla_dump_to is read by ``dump_dir``, observational
+    flags get a note, any other flag is refused."""
+    out: list[str] = []
+    for name, value in xla_flags(with_bare=True).items():
+        if name == "xla_dump_to":
+            continue
+        if not name.startswith("xla_"):
+            raise UserError(f"XLA_FLAGS: {name} is not an XLA flag (XLA_FLAGS holds --xla_* flags)")
+        out += _xla_flag(f"--{name}" + ("" if value is None else f"={value}"), prog, "XLA_FLAGS")
     return out
 
 
 # ---- XLA_FLAGS --------------------------------------------------------------------------------
 
-def xla_flags() -> dict[str, str]:
-    """``XLA_FLAGS`` as {flag name: value} (``--name=value`` or ``--name``)."""
+def xla_flags(with_bare: bool = False) -> dict:
+    """``XLA_FLAGS`` as {flag name: value} (``--name=value`` or ``--name``: ""); with
+    ``with_bare``, a ``--name`` without ``=`` has the value None and a word that is not a flag
+    is kept under its own text."""
     raw = os.environ.get("XLA_FLAGS", "")
     try:
         words = shlex.split(raw)
     except ValueError:
         words = raw.split()
-    flags = {}
+    flags: dict = {}
     for w in words:
         if w.startswith("--"):
-            name, _, value = w[2:].partition("=")
-            flags[name] = value
+            name, eq, value = w[2:].partition("=")
+            flags[name] = value if eq or not with_bare else None
+        elif with_bare:
+            flags[w] = None
     return flags
 
 
@@ -331,6 +447,35 @@ def library_call_options(fn):
                         show_default=True,
                         help="cuBLAS/cuBLASLt GEMM calls: run by cuBLAS on cuda, or lowered to our GEMM "
                              "kernels (always on host).")(fn)
+
+
+def pass_options(fn):
+    """``--disable-passes``, ``--enable-passes-only`` (XLA's --xla_disable_hlo_passes and
+    --xla_enable_hlo_passes_only) and ``--dump-pass-re`` (--xla_dump_hlo_pass_re)."""
+    fn = click.option("--dump-pass-re", default=None, metavar="REGEX",
+                      help="With --dump-to: also dump the module after each of our passes whose name (or the "
+                           "next one's) the regex matches, with XLA's names (module_NNNN.<module>.NNNN.passes."
+                           "after_<pass>.before_<next>.txt); XLA's --xla_dump_hlo_pass_re.")(fn)
+    fn = click.option("--enable-passes-only", multiple=True, metavar="A,B,...",
+                      help="Skip every pass not named (see --list-passes; the required ones must be named); "
+                           "XLA's --xla_enable_hlo_passes_only.")(fn)
+    return click.option("--disable-passes", multiple=True, metavar="A,B,...",
+                        help="Skip these passes (see --list-passes: only 'fusion' can be); XLA's "
+                             "--xla_disable_hlo_passes (also in XLA_FLAGS: the lists add up).")(fn)
+
+
+def check_dump_pass_re(regex: str | None, dump: Path | None):
+    """``--dump-pass-re``'s compiled regex (None without it); it needs a dump directory."""
+    if regex is None:
+        return None
+    import re
+    if dump is None:
+        raise UserError("--xla_dump_hlo_pass_re (--dump-pass-re) needs a dump directory: --dump-to DIR or "
+                        "--xla_dump_to=DIR")
+    try:
+        return re.compile(regex)
+    except re.error as e:
+        raise UserError(f"--xla_dump_hlo_pass_re={regex}: not a regular expression ({e})") from None
 
 
 def version_option(prog: str):

@@ -31,11 +31,15 @@ _VALUES = {"stage": "--stage", "format": "--input-format", "input_format": "--in
            "passes": "--passes", "platform": "--platform"}
 _BOOLEANS = {"list_stages": ("--list-stages", "--list-stages"), "list_passes": ("--list-passes", "--list-passes"),
              "split_input_file": ("--split-input-file", "--split-input-file")}
-_IGNORED = {"debug_options_file": "XLA's debug options have no equivalent here"}
-_REFUSED = {"emit_proto": "hlo-compile writes text (and the binary cubin), never HloProto"}
+_IGNORED: dict[str, str] = {}
+_REFUSED = {"emit_proto": "hlo-compile writes text (and the binary cubin), never HloProto",
+            "debug_options_file": "a file of XLA's debug options is not read here; give the --xla_* flags "
+                                  "themselves (those that change what runs are honoured or refused)"}
 
 
 def _translate(argv: list[str]) -> list[str]:
+    from .selection import fusion_argv  # --fusion=NAME (the boolean --fusion takes no value)
+    argv = fusion_argv(argv)
     return common.translate_xla_flags(argv, main, values=_VALUES, booleans=_BOOLEANS, ignored=_IGNORED,
                                       refused=_REFUSED, prog=PROG)
 
@@ -110,27 +114,50 @@ def _list_passes(ctx: click.Context, _param, value: bool) -> None:
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Processes optimising kernels and making their PTX (default: the CPUs this process may use; "
                    "1: all in this process). The output is the same bytes whatever N.")
+@click.option("--extract", default=None, metavar="NAME",
+              help="Print the module computing just instruction NAME (or the fusion of kernel NAME, as "
+                   "--emit=fusions names it; COMPUTATION/NAME where several computations hold a NAME): its operands "
+                   "as parameters, the computations it calls copied along.")
+@click.option("--fusion-name", "fusion_name", default=None, metavar="NAME",
+              help="Also spelled --fusion=NAME: with --emit=fusions|indexing|indexing-json|llvm|llvm-opt|ptx|cubin, "
+                   "print that stage for this one fusion's (or kernel's) kernel only.")
 @common.library_call_options
+@common.pass_options
 @common.version_option(PROG)
 def main(file: str, dump_to: Path | None, emit: str | None, passes: str | None, output: Path | None, arch: str,
          platform: str, input_format: str, tensor_cores: bool, fusion: bool, split_input_file: bool,
          short_form: bool, as_fusion: bool, cache_dir: Path | None, no_cache: bool, quiet: bool, jobs: int | None,
-         gemm: str, conv: str, cost_device: str | None = None) -> None:
+         gemm: str, conv: str, cost_device: str | None = None, extract: str | None = None,
+         fusion_name: str | None = None, disable_passes: tuple[str, ...] = (), enable_passes_only: tuple[str, ...] = (),
+         dump_pass_re: str | None = None) -> None:
     """Compile the XLA HLO text module in FILE (- reads standard input) for an NVIDIA GPU."""
     try:
+        skip = ()
+        if disable_passes or enable_passes_only:
+            from .pass_list import skipped_passes
+            if passes is not None:
+                raise UserError("--passes runs the passes it names: it cannot be combined with "
+                                "--xla_disable_hlo_passes/--xla_enable_hlo_passes_only")
+            skip = skipped_passes(disable_passes, enable_passes_only)
+        pass_re = common.check_dump_pass_re(dump_pass_re, common.dump_dir(dump_to) if passes is None else None)
         options = CompileOptions(arch=arch, dot_tensor_cores=tensor_cores, fusion=fusion, gemm=gemm, conv=conv,
-                                 device=cost_device.lower() if cost_device else None)
+                                 device=cost_device.lower() if cost_device else None, skip_passes=skip)
         cache = None if no_cache else KernelCache(cache_dir or default_cache_dir())
         checked = _check_flags(emit, passes, output, arch, platform, input_format, dump_to)
+        if extract is not None or fusion_name is not None:
+            _selected(file, extract, fusion_name, checked, passes, output, options, dump_to, split_input_file,
+                      short_form, as_fusion, cache, jobs or default_jobs())
+            return
         source = common.read_source(file) if passes is None else None
         key = None
         if cache is not None and source is not None:
             key = result_key(source[0], _result_flags(checked[0], checked[1], split_input_file, short_form,
-                                                      as_fusion, dump_to, options))
+                                                      as_fusion, dump_to, options) + [f"pass_re={dump_pass_re}"])
             if _from_cache(cache, key, output, dump_to):
                 return
         _main(file, dump_to, emit, passes, output, options, platform, input_format, split_input_file, short_form,
-              as_fusion, cache, quiet, source=source, result_key=key, checked=checked, jobs=jobs or default_jobs())
+              as_fusion, cache, quiet, source=source, result_key=key, checked=checked, jobs=jobs or default_jobs(),
+              pass_re=pass_re)
     except UserError as e:
         click.echo(f"{PROG}: error: {e}", err=True)
         sys.exit(e.code)
@@ -145,6 +172,20 @@ def main(file: str, dump_to: Path | None, emit: str | None, passes: str | None, 
         # a case the compiler does not handle: still a message, never a traceback
         click.echo(common.bug_text(PROG, f"compiling {file}", e), err=True)
         sys.exit(EXIT_ERROR)
+
+
+def _selected(file, extract, fusion_name, checked, passes, output, options, dump_to, split_input_file, short_form,
+              as_fusion, cache, jobs) -> None:
+    """--extract=NAME (one instruction's module) or --fusion=NAME (one kernel's stage): selection.py."""
+    from . import selection
+    stage_name, arch, _ = checked
+    selection.check_selection(extract, fusion_name, stage_name, passes, dump_to, split_input_file)
+    options = dataclasses.replace(options, arch=arch)
+    module = common.read_modules(file, False, as_fusion)[0]
+    if extract is not None:
+        _write_outputs([selection.extract_text(module, extract, options, short_form)], output)
+    else:
+        _write_outputs([selection.fusion_stage_text(module, fusion_name, stage_name, options, cache, jobs)], output)
 
 
 def _check_flags(emit, passes, output, arch, platform, input_format, dump_to):
@@ -230,7 +271,7 @@ def _from_cache(cache: KernelCache, key: str, output: Path | None, dump_to: Path
 def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform, input_format, split_input_file,
           short_form, as_fusion, cache: KernelCache | None = None, quiet: bool = True, *,
           source: tuple[str, str] | None = None, result_key: str | None = None, checked: tuple | None = None,
-          jobs: int = 1) -> None:
+          jobs: int = 1, pass_re=None) -> None:
     from ..pipeline import run_pipeline
     stage_name, arch, chosen = checked or _check_flags(emit, passes, output, options.arch, platform, input_format,
                                                        dump_to)
@@ -262,6 +303,9 @@ def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform
         if not quiet:
             _timing_line(result, time.perf_counter() - t0)
         record.notes.update(result.skipped)
+        if pass_re is not None and result.writer is not None:  # --xla_dump_hlo_pass_re
+            from .pass_list import dump_after_passes
+            dump_after_passes(module, result.options, result.writer, pass_re)
         if result.writer is not None:
             written.update(result.writer.written)
         shown = stage_name or "hlo"

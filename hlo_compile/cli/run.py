@@ -60,13 +60,14 @@ _IGNORED = {
     "run_test_hlo_passes": "hlo-run always runs its own passes (never XLA's) before code generation",
     "run_reference_hlo_passes": "the reference runs the module as written",
     "force_use_cpu_thunk_runtime_for_test": "there is no XLA:CPU runtime here",
-    "debug_options_file": "XLA's debug options have no equivalent here",
 }
 _REFUSED = {
     "isolate_instructions": "instructions are not run one by one here",
     "input_literals_file": "hlo-run reads npz literals: --input-literals IN.npz (arg0, arg1, ...)",
     "output_literals_file": "hlo-run writes npz literals: --output-literals OUT.npz (out0, out1, ...)",
     "force_fake_data": "generated inputs are the default; --input-literals reads given ones",
+    "debug_options_file": "a file of XLA's debug options is not read here; give the --xla_* flags themselves "
+                          "(those that change what runs are honoured or refused)",
 }
 
 
@@ -78,7 +79,8 @@ def _translate(argv: list[str]) -> list[str]:
 
 
 def _runner(platform: str, module, seed, tensor_cores: bool = False, graph: bool = False, fusion: bool = True,
-            dump: tuple[DumpDirectory, int] | None = None, gemm: str = "library", conv: str = "library"):
+            dump: tuple[DumpDirectory, int] | None = None, gemm: str = "library", conv: str = "library",
+            skip_passes: tuple[str, ...] = (), pass_re=None):
     """A function running ``module`` on ``platform`` (compiled once, run many times); with
     ``graph``, (graph runner, plain runner) when the module can be one CUDA graph; with
     ``dump`` (directory, module number), the compilation's stages are dumped as hlo-compile's."""
@@ -88,13 +90,16 @@ def _runner(platform: str, module, seed, tensor_cores: bool = False, graph: bool
     from ..options import CompileOptions
     from ..runtime import executable
     options = CompileOptions(arch=common.default_arch(), dot_tensor_cores=tensor_cores, fusion=fusion, gemm=gemm,
-                             conv=conv)
+                             conv=conv, skip_passes=skip_passes)
     where = {} if dump is None else {"dump_to": dump[0], "module_index": dump[1]}
     exe = executable.compile_executable(module, platform, options, **where)
     for note in getattr(exe.platform, "notes", ()):
         click.echo(f"{module.name}: note: {note}", err=True)
     if dump is not None:
         _dump_notes(module, exe.pipeline)
+        if pass_re is not None and exe.pipeline.writer is not None:  # --xla_dump_hlo_pass_re
+            from .pass_list import dump_after_passes
+            dump_after_passes(module, exe.pipeline.options, exe.pipeline.writer, pass_re)
     if not graph:
         return exe.run
     from ..runtime.graph import ModuleGraph, unsupported_reason
@@ -152,11 +157,14 @@ class RunSettings:
     conv: str = "library"
     num_replicas: int | None = None  # None: the module header's replica_count
     num_partitions: int | None = None
+    skip_passes: tuple[str, ...] = ()  # --xla_disable_hlo_passes/--xla_enable_hlo_passes_only
+    dump_pass_re: object = None         # --xla_dump_hlo_pass_re, compiled
 
 
 def _library_flags(s: RunSettings) -> dict:
-    """--gemm/--conv where they differ from _runner's defaults."""
-    return {k: v for k, v in (("gemm", s.gemm), ("conv", s.conv)) if v != "library"}
+    """--gemm/--conv (and the passes skipped) where they differ from _runner's defaults."""
+    return {**{k: v for k, v in (("gemm", s.gemm), ("conv", s.conv)) if v != "library"},
+            **({"skip_passes": s.skip_passes} if s.skip_passes else {})}
 
 
 def rule_text(s: RunSettings, leaves) -> str:
@@ -212,6 +220,9 @@ def _run_one(module, s: RunSettings, *, index: int | None = None, dump: DumpDire
     from ..hlo.collective_groups import world_of
     world = world_of(module, s.num_replicas, s.num_partitions)
     if world.size > 1:
+        if s.skip_passes:
+            raise UserError(f"--xla_disable_hlo_passes/--xla_enable_hlo_passes_only: not supported yet for a run of "
+                            f"{world.size} participants")
         from .run_spmd import run_spmd
         return run_spmd(module, s, world, _compare, rule_text, _rng_seed)
     if dump is not None and s.platform == "interpreter":  # compiles nothing: only the input
@@ -220,7 +231,9 @@ def _run_one(module, s: RunSettings, *, index: int | None = None, dump: DumpDire
     # only what differs from _runner's defaults is passed (tests stand in for _runner)
     extra = {**({"tensor_cores": True} if s.tensor_cores else {}), **({"graph": True} if s.use_cuda_graph else {}),
              **({} if s.fusion else {"fusion": False}), **_library_flags(s),
-             **({"dump": (dump, dump_index)} if dump is not None and s.platform != "interpreter" else {})}
+             **({"dump": (dump, dump_index)} if dump is not None and s.platform != "interpreter" else {}),
+             **({"pass_re": s.dump_pass_re} if dump is not None and s.dump_pass_re is not None
+                and s.platform != "interpreter" else {})}
     compiled = None if s.platform == "interpreter" else _runner(s.platform, module, s.seed, **extra)
     graph, plain = (compiled if isinstance(compiled, tuple) else (None, compiled))
     compare_with = "none" if s.reference == "none" or _is_own_reference(s.platform, s.reference) else s.reference
@@ -309,7 +322,9 @@ def _report_graph(module, graph, plain, args, times, iterations: int) -> None:
                       "--reference_platform=, --abs_error_bound=, --rel_error_bound=, --iterations=, "
                       "--print_literals[=true|false], --use_large_float_range, --random_init_input_literals=false, "
                       "--different_random_seeds, --input_format=hlo, --input_module=FILE, --xla_dump_to=DIR "
-                      "(--run_test_hlo_passes and other --xla_* flags are ignored with a note).\n\n"
+                      "(--run_test_hlo_passes is ignored with a note); XLA's --xla_disable_hlo_passes, "
+                      "--xla_enable_hlo_passes_only and --xla_dump_hlo_pass_re are honoured, its dump/log/autotuning "
+                      "flags accepted with a note, any other --xla_* flag refused.\n\n"
                       + common.environment_help())
 @click.argument("files", nargs=-1, required=True, metavar="FILE...|-")
 @click.option("--platform", type=PlatformType(PLATFORM_NAMES, "interpreter|host|cuda"), default="interpreter",
@@ -363,11 +378,13 @@ def _report_graph(module, graph, plain, args, times, iterations: int) -> None:
               help="Partitions P (default: the module's num_partitions, else 1). Participant k reads "
                    "p{k}.arg{i} (else arg{i}) and writes p{k}.out{j}.")
 @common.library_call_options
+@common.pass_options
 @common.version_option(PROG)
 def main(files, platform, reference, input_literals, output_literals, seed, iterations, error_rule,
          abs_error_bound, rel_error_bound, print_literals, random_inputs, use_large_float_range,
          different_random_seeds, input_format, dump_to, tensor_cores, fusion, use_cuda_graph, split_input_file,
-         as_fusion, num_replicas, num_partitions, gemm, conv):
+         as_fusion, num_replicas, num_partitions, gemm, conv, disable_passes=(), enable_passes_only=(),
+         dump_pass_re=None):
     """Run the HLO modules in FILE... (- reads standard input) and compare their results with a
     reference."""
     try:
@@ -378,7 +395,7 @@ def main(files, platform, reference, input_literals, output_literals, seed, iter
             large_float_range=use_large_float_range, different_seeds=different_random_seeds,
             tensor_cores=tensor_cores, use_cuda_graph=use_cuda_graph, fusion=fusion,
             dump_to=common.dump_dir(dump_to), gemm=gemm, conv=conv, num_replicas=num_replicas,
-            num_partitions=num_partitions)
+            num_partitions=num_partitions, **_pass_settings(disable_passes, enable_passes_only, dump_pass_re, dump_to))
         _check_flags(settings, input_format, files)
         sys.exit(_run_files(files, settings, split_input_file, as_fusion))
     except UserError as e:
@@ -387,6 +404,15 @@ def main(files, platform, reference, input_literals, output_literals, seed, iter
     except KeyboardInterrupt:
         click.echo(f"{PROG}: error: interrupted", err=True)
         sys.exit(130)
+
+
+def _pass_settings(disable_passes, enable_passes_only, dump_pass_re, dump_to) -> dict:
+    """RunSettings' skip_passes and dump_pass_re, checked (``pass_list.skipped_passes``)."""
+    out: dict = {"dump_pass_re": common.check_dump_pass_re(dump_pass_re, common.dump_dir(dump_to))}
+    if disable_passes or enable_passes_only:
+        from .pass_list import skipped_passes
+        out["skip_passes"] = skipped_passes(disable_passes, enable_passes_only)
+    return out
 
 
 def _check_flags(s: RunSettings, input_format: str, files) -> None:

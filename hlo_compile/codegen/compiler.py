@@ -211,11 +211,14 @@ def _plan_fusion_shared(fusion: HloInstruction, device: DeviceInfo, kernel_name:
     return KernelPlan(fusion, kernel_name, analysis, spec, owner.emitter, planned_from=owner.fusion.name)
 
 
-def prepare_module(module: HloModule, options: CompileOptions) -> HloModule:
-    """The module after the passes and the code generator's own rewrites (a copy)."""
+def prepare_module(module: HloModule, options: CompileOptions, after_pass=None) -> HloModule:
+    """The module after the passes and the code generator's own rewrites (a copy); without
+    ``options.skip_passes``; ``after_pass(name, module)`` after each (``run_passes``)."""
     device = device_for_arch(options.arch)
-    return run_passes(module, before_fusion=[lambda m: rewrite_tree_reductions_everywhere(m, device)],
-                      fusion=options.fusion, generated_calls=options.generated_call_families())
+    tree = ("tree-reduction", lambda m: rewrite_tree_reductions_everywhere(m, device))
+    return run_passes(module, before_fusion=[tree],
+                      fusion=options.fusion, generated_calls=options.generated_call_families(),
+                      skip=options.skip_passes, after_pass=after_pass)
 
 
 def plan_module(module: HloModule, options: CompileOptions,

@@ -257,7 +257,7 @@ def clone_computation(comp: HloComputation, name: str | None = None,
         inst_map[id(i)] = clone_instruction(i, [inst_map[id(o)] for o in i.operands])
         insts.append(inst_map[id(i)])
     for c in insts:
-        _remap_attributes(c, lambda v: inst_map.get(id(v), v), HloInstruction)
+        remap_attributes(c, lambda v: inst_map.get(id(v), v), HloInstruction)
     return HloComputation(comp.name if name is None else name, insts, inst_map[id(comp.root)],
                           is_entry=comp.is_entry, has_signature=comp.has_signature, attributes=comp.attributes,
                           location=comp.location)
@@ -270,12 +270,12 @@ def clone_module(module: HloModule) -> HloModule:
     comp_map: dict[int, HloComputation] = {id(c): clone_computation(c) for c in module.computations}
     for comp in comp_map.values():
         for inst in comp.instructions:
-            _remap_attributes(inst, lambda v: comp_map.get(id(v), v), HloComputation)
+            remap_attributes(inst, lambda v: comp_map.get(id(v), v), HloComputation)
     return HloModule(module.name, list(comp_map.values()), comp_map[id(module.entry)], dict(module.attributes),
                      module.stack_frames, module.has_header)
 
 
-def _remap_attributes(inst: HloInstruction, remap: Any, kind: type) -> None:
+def remap_attributes(inst: HloInstruction, remap: Any, kind: type) -> None:
     """Replace the attributes of ``inst`` whose value is a ``kind`` object (or a non-empty
     list/tuple of them) by ones holding ``remap`` of each; the others stay shared."""
     def new_value(v: Any) -> Any:
