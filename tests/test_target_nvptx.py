@@ -4,9 +4,11 @@ No GPU needed. Tests that need libdevice or ptxas skip cleanly when the toolkit 
 """
 from __future__ import annotations
 
+import re
 import shlex
 import stat
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -395,7 +397,9 @@ def test_ptxas_accepts_every_kernel(ptxas: Path, have_libdevice: Path, arch: str
             assert result.kernels[name].shared_bytes == 32 and result.kernels[name].barriers == 1
 
 
-def test_ptxas_failure_carries_log_and_reproducer(ptxas: Path) -> None:
+def test_ptxas_failure_carries_log_and_reproducer(ptxas: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     ptx = compile_to_ptx(axpy_module(NvptxTarget("sm_90")), "sm_90", ["axpy"]).ptx
     broken = ptx.replace("st.global.b32", "st.global.bogus.b32")
     with pytest.raises(ToolError) as info:
@@ -404,15 +408,71 @@ def test_ptxas_failure_carries_log_and_reproducer(ptxas: Path) -> None:
     assert isinstance(err, HloError)
     assert "bogus" in err.tool_output or "error" in err.tool_output.lower()
     assert err.reproduce in str(err) and "-arch=sm_90" in err.reproduce and "/dev/null" in err.reproduce
+    assert "--emit=ptx" in str(err) and err.kernel == "axpy", str(err)  # the PTX line's kernel
+    assert not list(tmp_path.glob("hlo-compile-ptxas-*"))  # nothing kept: the message says how to rerun
     argv = shlex.split(err.reproduce)
-    kept = Path(argv[argv.index("-v") + 1])
-    try:
-        assert kept.read_text() == broken
-        again = subprocess.run(argv, capture_output=True, text=True)
-        assert again.returncode != 0
-    finally:
-        kept.unlink()
-        kept.parent.rmdir()
+    kept = tmp_path / "kernel.ptx"
+    kept.write_text(broken)
+    again = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path)
+    assert again.returncode != 0
+
+
+def _too_much_shared(ptx: str, kernel: str) -> str:
+    """``ptx`` with 300000 bytes of static shared memory used in ``kernel``: ptxas compiles
+    every kernel (an info report each) and then refuses that one."""
+    start = ptx.index(f".entry {kernel}(")
+    body = ptx.index("{", start) + 1
+    end = ptx.index("ret;", body)
+    return (ptx[:body] + "\n\t.shared .align 4 .b8 too_big[300000];\n\t.reg .b64 %too_big_p;\n" + ptx[body:end]
+            + "mov.u64 %too_big_p, too_big;\n\tst.shared.u32 [%too_big_p+299996], 0;\n\t" + ptx[end:])
+
+
+def test_ptxas_failure_names_one_kernel_briefly_and_leaves_nothing(ptxas: Path, have_libdevice: Path,
+                                                                   tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from hlo_compile import stages
+    from hlo_compile.cli.compile import main as compile_main
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    n = 30  # XLA's fusions stay kernels: 30 info reports from ptxas
+    lines = ["HloModule many"]
+    for i in range(1, n + 1):
+        lines += [f"c{i} {{", "  p = f32[256] parameter(0)", f"  k = f32[] constant({i}.5)",  # distinct kernels
+                  "  b = f32[256] broadcast(k), dimensions={}", "  ROOT r = f32[256] multiply(p, b)", "}"]
+    lines += ["ENTRY e {", "  x0 = f32[256] parameter(0)"]
+    lines += [f"  {'ROOT ' if i == n else ''}x{i} = f32[256] fusion(x{i - 1}), kind=kLoop, calls=c{i}"
+              for i in range(1, n + 1)]
+    lines += ["}"]
+    module = tmp_path / "many.hlo"
+    module.write_text("\n".join(lines) + "\n")
+    real = stages.run_ptxas
+    victim = {}
+
+    def refused(ptx, arch, *args, **kwargs):
+        names = re.findall(r"\.entry\s+(\w+)\(", ptx)
+        assert len(names) > 20, names
+        victim["name"] = names[len(names) // 2]
+        return real(_too_much_shared(ptx, victim["name"]), arch, *args, **kwargs)
+
+    monkeypatch.setattr(stages, "run_ptxas", refused)
+    r = CliRunner().invoke(compile_main, [str(module), "--emit=cubin", "--arch=sm_90", "--no-cache",
+                                          "-q", "-j1", "-o", str(tmp_path / "out.cubin")], catch_exceptions=False)
+    assert r.exit_code != 0
+    err = r.stderr if hasattr(r, "stderr") else r.output
+    assert "too much shared data" in err and f"'{victim['name']}'" in err, err
+    assert len(err.splitlines()) < 20, err
+    other = [k for k in re.findall(r"Compiling entry function '(\w+)'", err) if k != victim["name"]]
+    assert not other, err
+    assert not list(tmp_path.glob("hlo-compile-ptxas-*"))
+
+
+def test_ptxas_success_leaves_nothing(ptxas: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ptx = compile_to_ptx(axpy_module(NvptxTarget("sm_90")), "sm_90", ["axpy"]).ptx
+    assert set(run_ptxas(ptx, "sm_90", ptxas).kernels) == {"axpy"}
+    assert not list(tmp_path.iterdir())
 
 
 def test_parse_resource_usage() -> None:

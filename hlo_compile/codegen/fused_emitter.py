@@ -36,6 +36,25 @@ from .value_numbering import index_key
 
 Value = "ir.Value | list[ir.Value]"
 
+# The subgraph functions are ``alwaysinline``: LLVM's always-inliner copies every call's body,
+# and the bodies of the functions it calls, before any CSE can merge equal copies. Where
+# subgraphs call each other along many paths (XLA's inlined threefry: each round's two values
+# both read both of the round before) that is exponential in the depth: a 134-instruction key
+# split came to 3e9 instructions and LLVM's O3 grew by 50 MB/s without end. Such fusions are
+# emitted inline instead: one body, each (instruction, index) emitted once, linear.
+_FLATTEN_FACTOR = 8
+_FLATTEN_LIMIT = 4096
+
+
+def flattening_explodes(part: PartitionedComputation) -> bool:
+    """Whether inlining ``part``'s subgraph functions gives over ``_FLATTEN_FACTOR`` times the
+    fusion's instructions (and over ``_FLATTEN_LIMIT``)."""
+    if len(part.subgraphs) < 3:  # a DAG of one or two functions cannot multiply much
+        return False
+    total = sum(len(sg.instructions) for sg in part.subgraphs)
+    flat = part.flattened_size()
+    return flat > _FLATTEN_LIMIT and flat > _FLATTEN_FACTOR * total
+
 
 class FusedEmitter:
     """Emits the instructions of one fused computation for one kernel."""
@@ -55,8 +74,10 @@ class FusedEmitter:
         self.functions: dict[str, ir.Function] = {}
         self.constants: dict[str, ir.GlobalVariable] = {}
         # inline: every subgraph is emitted in the kernel body (emitters that inject values
-        # living in the kernel, e.g. a shared-memory tile, cannot call functions for them)
-        self.inline = inline
+        # living in the kernel, e.g. a shared-memory tile, cannot call functions for them);
+        # also when the subgraph functions, inlined, would come to far more than the fusion
+        # (see _FLATTEN_LIMIT)
+        self.inline = inline or flattening_explodes(part)
         self.injected: dict[HloInstruction, Callable[[Sequence[ir.Value]], object]] = {}
 
     def inject(self, inst: HloInstruction, value_at: Callable[[Sequence[ir.Value]], object]) -> None:

@@ -72,6 +72,42 @@ class PartitionedComputation:
         sg = self.subgraph_of.get(inst)
         return sg is not None and inst in sg.roots
 
+    def flattened_size(self) -> int:
+        """Instructions the fusion's subgraphs come to once every call is inlined: each call
+        of a subgraph copies its body, and the bodies of the subgraphs it calls in turn.
+
+        A chain of subgraphs that each call the two before it (threefry's rounds: ``x0 + x1``
+        and ``rotl(x1) ^ (x0 + x1)`` both read both) is linear here as a DAG but exponential
+        once flattened, which is what LLVM's always-inliner does before any CSE can merge the
+        copies. Calls at several indices count once (an under-estimate there is harmless)."""
+        callees: dict[int, list[Subgraph]] = {}
+        for sg in self.subgraphs:
+            seen: dict[int, Subgraph] = {}
+            for inst in sg.instructions:
+                for op in inst.operands:
+                    other = self.subgraph_of.get(op)
+                    if other is not None and other is not sg:
+                        seen.setdefault(id(other), other)
+            callees[id(sg)] = list(seen.values())
+        size: dict[int, int] = {}
+        for start in self.subgraphs:  # iterative post-order DFS (deep chains: no recursion)
+            if id(start) in size:
+                continue
+            stack, on_path = [(start, False)], set()
+            while stack:
+                sg, expanded = stack.pop()
+                if id(sg) in size or not expanded and id(sg) in on_path:  # (a cycle: no partition has one)
+                    continue
+                if expanded:
+                    on_path.discard(id(sg))
+                    size[id(sg)] = len(sg.instructions) + sum(size.get(id(c), 0) for c in callees[id(sg)])
+                    continue
+                on_path.add(id(sg))
+                stack.append((sg, True))
+                stack.extend((c, False) for c in callees[id(sg)] if id(c) not in size and id(c) not in on_path)
+        roots = {id(self.subgraph_of[r]) for r in fusion_roots(self.computation) if r in self.subgraph_of}
+        return sum(size[i] for i in roots) if roots else sum(size.values())
+
     def to_text(self) -> str:
         lines = []
         for sg in self.subgraphs:
