@@ -92,6 +92,7 @@ class PipelineResult:
     cache_hits: list[str] = field(default_factory=list)             # stages read from the persistent cache
     writer: DumpWriter | None = None                                # the dump's files, when dumping
     summary: dict | None = None                                     # summary.json, when dumping
+    overrides: dict[str, str] = field(default_factory=dict)         # kernel → the override file it came from
 
     @property
     def module(self) -> HloModule | None:
@@ -121,7 +122,7 @@ def _closure(wanted: Sequence[Stage], candidates: Sequence[Stage]) -> list[Stage
 def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None = None,
                  dump_to: Path | DumpDirectory | None = None, module_index: int = 0,
                  then: Sequence[Stage] = (), cache: KernelCache | None = None, jobs: int = 1,
-                 progress=None) -> PipelineResult:
+                 progress=None, overrides=None) -> PipelineResult:
     """Run the stages in order, each once.
 
     ``emit``: the stage whose artifact is wanted (an error if it cannot run here). ``then``:
@@ -132,7 +133,8 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
     ``module_index`` of the dump; ``summary.json`` once the dumped stages are done. Stages
     that work per kernel (``Stage.uses_env``) keep an entry per kernel in ``cache``, use ``jobs`` processes and
     call ``progress(stage, done, total)`` as kernels are done (and ``progress(stage, 0, 0)``
-    as each stage begins)."""
+    as each stage begins). ``overrides`` (``overrides.OverrideSpec``): kernels whose IR or PTX
+    comes from files, bound to this module once it is planned."""
     result = PipelineResult(module, options)
     env = StageEnv(cache, jobs, progress)
     wanted = stage(emit) if emit else None
@@ -168,6 +170,8 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
                 progress(s.name, 0, 0)  # a stage begins
             try:
                 out = _run_stage(s, options, [values[n] for n in s.needs], result, env)
+                if overrides is not None and s.name == "fusions":
+                    _bind_overrides(overrides, module, module_index, out, result, env)
                 streamed = (isinstance(out.text, StreamedText) and result.writer is not None
                             and s.dump_suffix is not None and s is not wanted)
                 if streamed:  # dumped piece by piece, never whole: here, where its failure is this stage's
@@ -190,6 +194,18 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
         if dump is not None and result.summary is None:
             _summarise(dump, result)
     return result
+
+
+def _bind_overrides(spec, module: HloModule, index: int, out: StageOutput, result: PipelineResult,
+                   env: StageEnv) -> None:
+    """This module's overrides, checked against its kernels (``overrides.py``); the fusions
+    text names the kernels they replace."""
+    env.overrides = spec.bind(module, index, out.value)
+    result.overrides = env.overrides.sources([k.kernel_name for k in out.value.unique_kernels])
+    if result.overrides and out.text is not None:
+        from .overrides import describe
+        report, lines = out.text, describe(result.overrides).replace("; ", "\n")
+        out.text = LazyText(lambda: text_of(report) + "\n" + lines + "\n")
 
 
 def _run_stage(s: Stage, options: CompileOptions, inputs: list, result: PipelineResult,
@@ -261,6 +277,7 @@ def summary(result: PipelineResult) -> dict:
             "registers": res.registers if res else None,
             "spills": (res.spill_stores_bytes + res.spill_loads_bytes) if res else None,
             "stage_seconds": result.kernel_seconds.get(k.kernel_name, {}),
+            **({"override": result.overrides[k.kernel_name]} if k.kernel_name in result.overrides else {}),
             **(est.summary_fields() if est is not None else
                {"estimated_us": None, "not_estimated": not_estimated.get(k.kernel_name)}),
         })

@@ -98,6 +98,9 @@ class StageEnv:
     cache: Any = None
     jobs: int = 1
     progress: Callable[[str, int, int], None] | None = None
+    # this module's ``overrides.ModuleOverrides``: kernels whose IR or PTX comes from a file
+    # (they change the output, and never go through ``cache``)
+    overrides: Any = None
 
     def report(self, stage: str, done: int, total: int) -> None:
         if self.progress is not None:
@@ -135,6 +138,8 @@ class LinkedKernels:
     kernel_ir: dict[str, str]
     keys: dict[str, str] = field(default_factory=dict)
     cached: dict[str, Any] = field(default_factory=dict)  # kernel → PtxResult
+    overridden: dict[str, str] = field(default_factory=dict)  # kernel → its IR override's path
+    module_ir: str | None = None  # the whole module's IR from --xla_gpu_llvm_ir_file
 
 
 @dataclass(frozen=True)
@@ -262,8 +267,11 @@ def _llvm(options: CompileOptions, plan: ModulePlan, *, env: StageEnv | None = N
     keys = _kernel_keys(options, plan) if env.cache is not None else {}
     kernel_ir, seconds, cached = {}, {}, {}
     unique = plan.unique_kernels
+    ov = env.overrides
+    overridden = {k.kernel_name for k in unique if ov and (ov.kernels.get(k.kernel_name) or ov.module_ir)}
+    keys = {n: key for n, key in keys.items() if n not in overridden}  # never cached
     for n, k in enumerate(unique):  # a kernel several fusions launch is emitted once
-        hit = _cached_kernel(env.cache, keys[k.kernel_name]) if keys else None
+        hit = _cached_kernel(env.cache, keys[k.kernel_name]) if k.kernel_name in keys else None
         if hit is not None:
             kernel_ir[k.kernel_name], cached[k.kernel_name] = hit
         else:
@@ -271,12 +279,41 @@ def _llvm(options: CompileOptions, plan: ModulePlan, *, env: StageEnv | None = N
             kernel_ir[k.kernel_name] = str(k.emit(target))
             seconds[k.kernel_name] = time.perf_counter() - t0
         env.report("llvm", n + 1, len(unique))
+    module_ir, overridden = _apply_overrides(ov, kernel_ir) if overridden else (None, {})
 
     def linked() -> str:
+        if module_ir is not None:  # XLA's --xla_gpu_llvm_ir_file: the file is the module
+            return module_ir
         from .targets.linking import link_kernel_modules
         return link_kernel_modules(target, plan.module.name, [kernel_ir[k.kernel_name] for k in unique])
-    return StageOutput(LinkedKernels(kernel_ir, keys, cached), LazyText(linked), dict(kernel_ir),
-                       kernel_seconds=seconds)
+    return StageOutput(LinkedKernels(kernel_ir, keys, cached, overridden, module_ir), LazyText(linked),
+                       dict(kernel_ir), kernel_seconds=seconds)
+
+
+def _signature(kernel_ir: str, name: str) -> list[str]:
+    """The parameter types of kernel ``name`` as we emitted it."""
+    import llvmlite.binding as llvm
+    return [str(a.type) for a in llvm.parse_assembly(kernel_ir).get_function(name).arguments]
+
+
+def _apply_overrides(ov, kernel_ir: dict[str, str]) -> tuple[str | None, dict[str, str]]:
+    """Put the overrides' IR (``overrides.py``) in place of the emitted IR in ``kernel_ir``,
+    each checked to define the kernel with its signature: (the whole module's IR or None,
+    kernel → override path)."""
+    from .overrides import check_ir
+    if ov.module_ir is not None:
+        check_ir(ov.module_ir, {n: _signature(text, n) for n, text in kernel_ir.items()})
+        for n in kernel_ir:
+            kernel_ir[n] = ov.module_ir.text
+        return ov.module_ir.text, {n: str(ov.module_ir.path) for n in kernel_ir}
+    out = {}
+    for n in kernel_ir:
+        f = ov.kernels.get(n)
+        if f is None or f.kind != "ll":
+            continue
+        check_ir(f, {n: _signature(kernel_ir[n], n)})
+        kernel_ir[n], out[n] = f.text, str(f.path)
+    return None, out
 
 
 def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels, *,
@@ -293,9 +330,12 @@ def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels, *,
     from .targets.nvptx.kernels import link_optimized, merge_ptx
     env = env or StageEnv()
     names = [k.kernel_name for k in plan.unique_kernels]
+    if llvm.module_ir is not None or (env.overrides and env.overrides.module_ptx is not None):
+        return _whole_module_override(options, plan, llvm, env.overrides)
     todo = [n for n in names if n not in llvm.cached]
     t0 = time.perf_counter()
     canonical = _canonical_kernels(llvm, todo)
+    canonical.update({n: None for n in llvm.overridden})  # compiled under its own names, never cached
     ckeys = _canonical_keys(options, canonical) if env.cache is not None else {}
     results, fresh = dict(llvm.cached), []
     for n in todo:
@@ -314,13 +354,14 @@ def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels, *,
         results[n] = again.get(n, r)
     compiled = [r for r in first if r is not None] + list(again.values())
     if env.cache is not None and llvm.keys:
-        for n in todo:
+        for n in (n for n in todo if n in llvm.keys):
             r = results[n]
             env.cache.put(llvm.keys[n], pack({"ir": llvm.kernel_ir[n], "llvm_opt": r.llvm_opt, "ptx": r.ptx}),
                           evict=False)
         env.cache.evict()  # once, not per entry: it lists the whole cache
     seconds = {part: sum(r.seconds.get(part, 0.0) for r in compiled) for part in ("parse", "link", "opt", "emit")}
     seconds["compile"] = time.perf_counter() - t0
+    _ptx_overrides(env.overrides, results, names)
     if names:
         ptx = merge_ptx([results[n].ptx for n in names], names)
         text = LazyText(lambda: link_optimized([results[n].llvm_opt for n in names], plan.module.name))
@@ -331,6 +372,51 @@ def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels, *,
     value = OptimizedKernels(ptx, {n: results[n].llvm_opt for n in names}, text, len(names) - len(fresh),
                              renamed=len(todo) - len(fresh))
     return StageOutput(value, text, seconds=seconds)
+
+
+def _ptx_overrides(ov, results: dict, names: list[str]) -> None:
+    """Each kernel's PTX override (``overrides.py``) in place of its compiled PTX, checked to
+    have the kernel's ``.entry`` with as many parameters."""
+    if not ov:
+        return
+    from .overrides import check_ptx, ptx_params
+    from .targets.nvptx.ptx import PtxResult
+    for n in names:
+        f = ov.ptx(n)
+        if f is not None:
+            check_ptx(f, {n: ptx_params(results[n].ptx, n)})
+            results[n] = PtxResult(llvm_opt=results[n].llvm_opt, ptx=f.text)
+
+
+def _whole_module_override(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels, ov) -> StageOutput:
+    """XLA's --xla_gpu_llvm_ir_file (the file's module optimised and compiled as one) or
+    --xla_gpu_ptx_file (the file is the module's PTX; the optimised IR is ours): no cache."""
+    from .codegen.errors import CodegenError
+    from .overrides import OverrideError, check_ptx, ptx_params
+    from .targets.nvptx import toolkit
+    names = [k.kernel_name for k in plan.unique_kernels]
+    t0 = time.perf_counter()
+    source = llvm.module_ir
+    if source is None:  # a PTX file: our IR compiled for the optimised form and the signatures
+        from .targets.linking import link_kernel_modules
+        from .targets.nvptx import NvptxTarget
+        source = link_kernel_modules(NvptxTarget(options.arch, dot_tensor_cores=options.dot_tensor_cores),
+                                     plan.module.name, [llvm.kernel_ir[n] for n in names])
+    try:
+        r = compile_to_ptx(source, options.arch, names, options.opt_level)
+    except toolkit.ToolkitNotFound as e:
+        raise StageUnavailable(toolkit.LIBDEVICE_MISSING, e.message) from None
+    except CodegenError as e:
+        if llvm.module_ir is None:
+            raise
+        raise OverrideError(f"--xla_gpu_llvm_ir_file {ov.module_ir.path}: {e.message}") from None
+    ptx = r.ptx
+    if ov is not None and ov.module_ptx is not None:
+        check_ptx(ov.module_ptx, {n: ptx_params(r.ptx, n) for n in names})
+        ptx = ov.module_ptx.text
+    text = LazyText(lambda: r.llvm_opt)
+    value = OptimizedKernels(ptx, {n: r.llvm_opt for n in names}, text, 0)
+    return StageOutput(value, text, seconds={**r.seconds, "compile": time.perf_counter() - t0})
 
 
 def _compile_fresh(options: CompileOptions, env: StageEnv, llvm: LinkedKernels, canonical: dict,

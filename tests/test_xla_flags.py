@@ -70,12 +70,14 @@ def test_refusal_names_what_to_use_instead(neg_file):
 
 
 @pytest.mark.parametrize("flag", ["--xla_gpu_ptx_file=foo.ptx", "--xla_gpu_llvm_ir_file=foo.ll"])
-def test_ptx_and_llvm_ir_files_are_not_supported_yet(neg_file, flag):
+def test_ptx_and_llvm_ir_files_are_honoured_never_ignored(neg_file, flag):
+    # honoured (tests/test_overrides.py); a file that cannot be read is refused before any work
+    assert flag[2:].split("=")[0] in common.XLA_HONOURED
     for cmd, prog in ((compile_main, "hlo-compile"), (run_main, "hlo-run")):
-        r = _invoke(cmd, neg_file, flag)
+        r = _invoke(cmd, neg_file, flag, "--platform=cuda" if cmd is run_main else "--emit=ptx")
         assert r.exit_code == 2, r.output
         line = _one_error_line(r.output, prog)
-        assert flag.split("=")[0] in line and "not supported yet" in line and "ignored" not in line
+        assert "foo." in line and "cannot read" in line and "ignored" not in line
 
 
 def test_debug_options_file_is_refused(neg_file):

@@ -35,7 +35,8 @@ ENVIRONMENT: list[tuple[str, str]] = [
     ("HLO_COMPILE_CUDA_HOME", "a CUDA toolkit to take libdevice and ptxas from before anything else"),
     ("CUDA_HOME, CUDA_PATH", "CUDA toolkit roots, searched after NVIDIA's pip wheels"),
     ("XLA_FLAGS", "read as flags given before the command line's: --xla_dump_to=DIR (--dump-to DIR), "
-                  "--xla_dump_hlo_pass_re, --xla_disable_hlo_passes, --xla_enable_hlo_passes_only are honoured, "
+                  "--xla_dump_hlo_pass_re, --xla_disable_hlo_passes, --xla_enable_hlo_passes_only, "
+                  "--xla_gpu_llvm_ir_file, --xla_gpu_ptx_file are honoured, "
                   "dump/log/autotuning flags accepted with a note, any other --xla_* flag refused"),
 ]
 
@@ -88,10 +89,7 @@ XLA_OBSERVATIONAL_FLAGS: dict[str, str] = {
 }
 
 # --xla_* flags another change will honour: refused until then
-XLA_NOT_YET: dict[str, str] = {
-    "xla_gpu_ptx_file": "running given PTX instead of the PTX compiled here is not supported yet",
-    "xla_gpu_llvm_ir_file": "running given LLVM IR instead of the IR compiled here is not supported yet",
-}
+XLA_NOT_YET: dict[str, str] = {}
 
 # what to use instead of a refused --xla_* flag, by a word of its name
 _XLA_INSTEAD = (("fusion", "--no-fusion or --xla_disable_hlo_passes=fusion"),
@@ -102,7 +100,8 @@ _XLA_INSTEAD = (("fusion", "--no-fusion or --xla_disable_hlo_passes=fusion"),
 
 # XLA's flags honoured here (besides --xla_dump_to): XLA flag → our option
 XLA_HONOURED = {"xla_disable_hlo_passes": "--disable-passes", "xla_enable_hlo_passes_only": "--enable-passes-only",
-                "xla_dump_hlo_pass_re": "--dump-pass-re"}
+                "xla_dump_hlo_pass_re": "--dump-pass-re",
+                "xla_gpu_llvm_ir_file": "--llvm-ir-file", "xla_gpu_ptx_file": "--ptx-file"}
 
 
 def xla_flag_refusal(arg: str, source: str = "") -> str:
@@ -462,6 +461,38 @@ def pass_options(fn):
     return click.option("--disable-passes", multiple=True, metavar="A,B,...",
                         help="Skip these passes (see --list-passes: only 'fusion' can be); XLA's "
                              "--xla_disable_hlo_passes (also in XLA_FLAGS: the lists add up).")(fn)
+
+
+def override_options(fn):
+    """``--override-dir`` and XLA's --xla_gpu_llvm_ir_file/--xla_gpu_ptx_file (``overrides.py``)."""
+    fn = click.option("--ptx-file", "ptx_files", multiple=True, metavar="F,...",
+                      help="XLA's --xla_gpu_ptx_file: the PTX of the module whose dump prefix "
+                           "(module_NNNN.<module>) begins the file's name replaces its whole PTX (cuda only).")(fn)
+    fn = click.option("--llvm-ir-file", "llvm_ir_files", multiple=True, metavar="F1,F2,...",
+                      help="XLA's --xla_gpu_llvm_ir_file: the LLVM IR of the module whose dump prefix "
+                           "(module_NNNN.<module>) begins the file's name replaces its whole IR, then optimised "
+                           "and compiled again.")(fn)
+    return click.option("--override-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                        metavar="DIR",
+                        help="Kernels' code from DIR, in files named as --dump-to writes them: "
+                             "module_NNNN.<module>.<kernel>.ir-no-opt.ll (its LLVM IR, optimised and compiled "
+                             "again; on the host too) or module_NNNN.<module>.<kernel>.ptx (its PTX, cuda only). "
+                             "Every file must name a kernel; it keeps the kernel's name and signature.")(fn)
+
+
+def override_spec(override_dir: Path | None, llvm_ir_files: Iterable[str], ptx_files: Iterable[str],
+                  platform: str = "cuda"):
+    """The run's ``overrides.OverrideSpec``, or None when none is given (comma-separated lists
+    split, every file checked now: a file that cannot be read is an error before any work)."""
+    ir = [Path(f) for v in llvm_ir_files for f in v.split(",") if f.strip()]
+    ptx = [Path(f) for v in ptx_files for f in v.split(",") if f.strip()]
+    if override_dir is None and not ir and not ptx:
+        return None
+    from ..overrides import OverrideError, OverrideSpec
+    try:
+        return OverrideSpec(override_dir, ir, ptx, platform)
+    except OverrideError as e:
+        raise UserError(e.message) from None
 
 
 def check_dump_pass_re(regex: str | None, dump: Path | None):

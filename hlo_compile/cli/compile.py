@@ -123,15 +123,21 @@ def _list_passes(ctx: click.Context, _param, value: bool) -> None:
                    "print that stage for this one fusion's (or kernel's) kernel only.")
 @common.library_call_options
 @common.pass_options
+@common.override_options
 @common.version_option(PROG)
 def main(file: str, dump_to: Path | None, emit: str | None, passes: str | None, output: Path | None, arch: str,
          platform: str, input_format: str, tensor_cores: bool, fusion: bool, split_input_file: bool,
          short_form: bool, as_fusion: bool, cache_dir: Path | None, no_cache: bool, quiet: bool, jobs: int | None,
          gemm: str, conv: str, cost_device: str | None = None, extract: str | None = None,
          fusion_name: str | None = None, disable_passes: tuple[str, ...] = (), enable_passes_only: tuple[str, ...] = (),
-         dump_pass_re: str | None = None) -> None:
+         dump_pass_re: str | None = None, override_dir: Path | None = None, llvm_ir_files: tuple[str, ...] = (),
+         ptx_files: tuple[str, ...] = ()) -> None:
     """Compile the XLA HLO text module in FILE (- reads standard input) for an NVIDIA GPU."""
     try:
+        overrides = common.override_spec(override_dir, llvm_ir_files, ptx_files)
+        if overrides is not None and (passes is not None or extract is not None or fusion_name is not None):
+            raise UserError("--override-dir/--xla_gpu_llvm_ir_file/--xla_gpu_ptx_file replace kernels' code: they "
+                            "cannot be combined with --passes, --extract or --fusion=NAME")
         skip = ()
         if disable_passes or enable_passes_only:
             from .pass_list import skipped_passes
@@ -144,20 +150,25 @@ def main(file: str, dump_to: Path | None, emit: str | None, passes: str | None, 
                                  device=cost_device.lower() if cost_device else None, skip_passes=skip)
         cache = None if no_cache else KernelCache(cache_dir or default_cache_dir())
         checked = _check_flags(emit, passes, output, arch, platform, input_format, dump_to)
+        if overrides is not None and checked[0] in (None, "hlo", "indexing", "indexing-json") \
+                and common.dump_dir(dump_to) is None:
+            raise UserError(f"--override-dir/--xla_gpu_llvm_ir_file/--xla_gpu_ptx_file replace kernels' code, which "
+                            f"--emit={checked[0] or 'hlo'} does not show: use --emit=fusions|llvm|llvm-opt|ptx|cubin "
+                            "or --dump-to")
         if extract is not None or fusion_name is not None:
             _selected(file, extract, fusion_name, checked, passes, output, options, dump_to, split_input_file,
                       short_form, as_fusion, cache, jobs or default_jobs())
             return
         source = common.read_source(file) if passes is None else None
         key = None
-        if cache is not None and source is not None:
+        if cache is not None and source is not None and overrides is None:  # an override's result: never cached whole
             key = result_key(source[0], _result_flags(checked[0], checked[1], split_input_file, short_form,
                                                       as_fusion, dump_to, options) + [f"pass_re={dump_pass_re}"])
             if _from_cache(cache, key, output, dump_to):
                 return
         _main(file, dump_to, emit, passes, output, options, platform, input_format, split_input_file, short_form,
               as_fusion, cache, quiet, source=source, result_key=key, checked=checked, jobs=jobs or default_jobs(),
-              pass_re=pass_re)
+              pass_re=pass_re, overrides=overrides)
     except UserError as e:
         click.echo(f"{PROG}: error: {e}", err=True)
         sys.exit(e.code)
@@ -271,7 +282,7 @@ def _from_cache(cache: KernelCache, key: str, output: Path | None, dump_to: Path
 def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform, input_format, split_input_file,
           short_form, as_fusion, cache: KernelCache | None = None, quiet: bool = True, *,
           source: tuple[str, str] | None = None, result_key: str | None = None, checked: tuple | None = None,
-          jobs: int = 1, pass_re=None) -> None:
+          jobs: int = 1, pass_re=None, overrides=None) -> None:
     from ..pipeline import run_pipeline
     stage_name, arch, chosen = checked or _check_flags(emit, passes, output, options.arch, platform, input_format,
                                                        dump_to)
@@ -289,6 +300,8 @@ def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform
         _write_outputs(outputs, output)
         return
     record = _Record(modules=len(modules))
+    if overrides is not None:  # a file of no module: refused before anything is compiled
+        overrides.check_module_count([m.name for m in modules])
     dump = DumpDirectory(dump_to) if dump_to is not None else None
     written: dict[str, Path] = {}
     for i, module in enumerate(modules):
@@ -296,12 +309,16 @@ def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform
         live = None if quiet else Progress(module.name, t0)
         try:
             result = run_pipeline(module, options, emit=stage_name or ("hlo" if dump is None else None),
-                                  dump_to=dump, module_index=i, cache=cache, jobs=jobs, progress=live)
+                                  dump_to=dump, module_index=i, cache=cache, jobs=jobs, progress=live,
+                                  overrides=overrides)
         finally:
             if live is not None:
                 live.clear()
         if not quiet:
             _timing_line(result, time.perf_counter() - t0)
+        if result.overrides:
+            from ..overrides import describe
+            common.note(PROG, f"{module.name}: {describe(result.overrides)}")
         record.notes.update(result.skipped)
         if pass_re is not None and result.writer is not None:  # --xla_dump_hlo_pass_re
             from .pass_list import dump_after_passes
@@ -313,6 +330,8 @@ def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform
             record.outputs.append(result.module.to_text("short"))
         elif stage_name is not None or dump is None:
             record.outputs.append(result.artifacts[shown])
+    if overrides is not None:
+        overrides.finish()
     if dump_to is not None:
         written.setdefault(SUMMARY, dump_to / SUMMARY)
         written = {name: path for name, path in written.items() if path.is_file()}

@@ -6,7 +6,8 @@ run_hlo_module's flags work as written in XLA (``--platform=CUDA``, ``--referenc
 ``--xla_dump_to=DIR``, several files); our dash spellings are the documented ones.
 
 Exit status: 0 results match (or no reference), 1 mismatch, 2 bad input or unsupported
-feature (message on stderr, no traceback)."""
+feature, or a run estimated not to fit in memory (message on stderr, no traceback), 124 the
+--timeout expired (as timeout(1)); the verdict line is also on stdout (``run_watch``)."""
 from __future__ import annotations
 
 import sys
@@ -19,7 +20,7 @@ import numpy as np
 
 from ..dump import DumpDirectory
 from ..hlo.errors import HloError
-from . import common
+from . import common, run_watch
 from .common import EXIT_ERROR, EXIT_MISMATCH, EXIT_OK, UserError
 
 PROG = "hlo-run"
@@ -55,6 +56,7 @@ _BOOLEANS = {
     "use_large_float_range": ("--use-large-float-range", "--no-use-large-float-range"),
     "random_init_input_literals": ("--random-inputs", "--zero-inputs"),
     "different_random_seeds": ("--different-random-seeds", "--no-different-random-seeds"),
+    "isolate_instructions": ("--isolate-instructions", "--no-isolate-instructions"),
 }
 _IGNORED = {
     "run_test_hlo_passes": "hlo-run always runs its own passes (never XLA's) before code generation",
@@ -62,7 +64,6 @@ _IGNORED = {
     "force_use_cpu_thunk_runtime_for_test": "there is no XLA:CPU runtime here",
 }
 _REFUSED = {
-    "isolate_instructions": "instructions are not run one by one here",
     "input_literals_file": "hlo-run reads npz literals: --input-literals IN.npz (arg0, arg1, ...)",
     "output_literals_file": "hlo-run writes npz literals: --output-literals OUT.npz (out0, out1, ...)",
     "force_fake_data": "generated inputs are the default; --input-literals reads given ones",
@@ -80,7 +81,7 @@ def _translate(argv: list[str]) -> list[str]:
 
 def _runner(platform: str, module, seed, tensor_cores: bool = False, graph: bool = False, fusion: bool = True,
             dump: tuple[DumpDirectory, int] | None = None, gemm: str = "library", conv: str = "library",
-            skip_passes: tuple[str, ...] = (), pass_re=None):
+            skip_passes: tuple[str, ...] = (), pass_re=None, overrides=None):
     """A function running ``module`` on ``platform`` (compiled once, run many times); with
     ``graph``, (graph runner, plain runner) when the module can be one CUDA graph; with
     ``dump`` (directory, module number), the compilation's stages are dumped as hlo-compile's."""
@@ -92,7 +93,11 @@ def _runner(platform: str, module, seed, tensor_cores: bool = False, graph: bool
     options = CompileOptions(arch=common.default_arch(), dot_tensor_cores=tensor_cores, fusion=fusion, gemm=gemm,
                              conv=conv, skip_passes=skip_passes)
     where = {} if dump is None else {"dump_to": dump[0], "module_index": dump[1]}
-    exe = executable.compile_executable(module, platform, options, **where)
+    if overrides is not None:  # (OverrideSpec, module number): kernels' code from files (overrides.py)
+        from ..runtime.overridden import compile_executable as compile_overridden
+        exe = compile_overridden(module, platform, options, overrides[0], module_index=overrides[1], **where)
+    else:
+        exe = executable.compile_executable(module, platform, options, **where)
     for note in getattr(exe.platform, "notes", ()):
         click.echo(f"{module.name}: note: {note}", err=True)
     if dump is not None:
@@ -159,6 +164,11 @@ class RunSettings:
     num_partitions: int | None = None
     skip_passes: tuple[str, ...] = ()  # --xla_disable_hlo_passes/--xla_enable_hlo_passes_only
     dump_pass_re: object = None         # --xla_dump_hlo_pass_re, compiled
+    isolate: str | None = None          # --isolate=NAME (isolate.py)
+    isolate_instructions: bool = False  # --isolate-instructions (isolate.py)
+    memory_limit: object = "auto"       # --memory-limit: "auto", bytes, or None (no check)
+    expected_literals: str | None = None  # --expected-literals OUT.npz
+    overrides: object = None            # --override-dir, --xla_gpu_llvm_ir_file/--xla_gpu_ptx_file (overrides.py)
 
 
 def _library_flags(s: RunSettings) -> dict:
@@ -215,11 +225,23 @@ def _rng_seed(s: RunSettings, iteration: int) -> int | None:
 
 def _run_one(module, s: RunSettings, *, index: int | None = None, dump: DumpDirectory | None = None,
              dump_index: int = 0) -> int:
-    from ..runtime import literals
-    literals.check_memory(module, generated_inputs=not s.input_literals and s.random_inputs)
+    if s.isolate is not None or s.isolate_instructions:  # one instruction alone, or each (isolate.py)
+        from .isolate import RunHooks, run_isolated, run_isolated_instructions
+        hooks = RunHooks(_inputs, _rng_seed, _run_one, _is_own_reference)
+        return (run_isolated(module, s, hooks, index=index, dump=dump, dump_index=dump_index)
+                if s.isolate is not None else run_isolated_instructions(module, s, hooks))
+    from ..runtime import literals, memory_estimate
     from ..hlo.collective_groups import world_of
     world = world_of(module, s.num_replicas, s.num_partitions)
+    memory_estimate.check_run(module, memory_estimate.RunRequest(s.platform, s.reference, world.size, s.iterations,
+                                                                 bool(s.expected_literals)),
+                              s.memory_limit, generated_inputs=not s.input_literals and s.random_inputs)
     if world.size > 1:
+        if s.expected_literals:
+            raise UserError(f"--expected-literals: not supported yet for a run of {world.size} participants")
+        if s.overrides is not None:
+            raise UserError(f"--override-dir/--xla_gpu_llvm_ir_file/--xla_gpu_ptx_file: not supported yet for a run "
+                            f"of {world.size} participants")
         if s.skip_passes:
             raise UserError(f"--xla_disable_hlo_passes/--xla_enable_hlo_passes_only: not supported yet for a run of "
                             f"{world.size} participants")
@@ -233,42 +255,61 @@ def _run_one(module, s: RunSettings, *, index: int | None = None, dump: DumpDire
              **({} if s.fusion else {"fusion": False}), **_library_flags(s),
              **({"dump": (dump, dump_index)} if dump is not None and s.platform != "interpreter" else {}),
              **({"pass_re": s.dump_pass_re} if dump is not None and s.dump_pass_re is not None
-                and s.platform != "interpreter" else {})}
+                and s.platform != "interpreter" else {}),
+             **({"overrides": (s.overrides, dump_index)} if s.overrides is not None else {})}
+    run_watch.phase("prepare" if s.platform == "interpreter" else f"compile for {s.platform}", module.name)
     compiled = None if s.platform == "interpreter" else _runner(s.platform, module, s.seed, **extra)
     graph, plain = (compiled if isinstance(compiled, tuple) else (None, compiled))
+    ov = _override_text(s, dump_index)
     compare_with = "none" if s.reference == "none" or _is_own_reference(s.platform, s.reference) else s.reference
     reference_run = None
     if compare_with in ("host", "cuda"):
+        run_watch.phase(f"compile for the {compare_with} reference")
         reference_run = _runner(compare_with, module, s.seed, **({} if s.fusion else {"fusion": False}),
                                 **_library_flags(s))
     times, failures, compared, rule = [], 0, 0, ""
+    x_failures, x_compared, x_rule = 0, 0, ""  # --expected-literals
     result, args = None, None
     for i in range(s.iterations):
         if s.iterations > 1:
             click.echo(f"=== {module.name}: iteration {i + 1} of {s.iterations}", err=True)
+        run_watch.phase("inputs")
         args = _inputs(module, s, i)
         seed = _rng_seed(s, i)
         if s.print_literals:
             _print_literals("arg", literals.flatten(args))
         run = graph.run if graph is not None else plain if plain is not None else _runner(s.platform, module, seed)
+        run_watch.phase(f"run on {s.platform}")
         t0 = time.perf_counter()
         result = run(args)
         times.append(time.perf_counter() - t0)
         leaves = literals.flatten(result)
         if s.print_literals:
             _print_literals("out", leaves)
+        if s.expected_literals:
+            run_watch.phase("compare with the expected literals")
+            stored = run_watch.load_expected(s.expected_literals, leaves)
+            x_rule, cmp = rule_text(s, stored), _compare(s, stored, leaves)
+            x_compared += 1
+            if not cmp.ok:
+                x_failures += 1
+                run_watch.clear_line()
+                click.echo(cmp.report(), err=True)
         if compare_with == "none":
             continue
+        run_watch.phase(f"reference on {compare_with}")
         if compare_with == "interpreter":
             from ..interpreter import evaluate_module
             expected = literals.flatten(evaluate_module(module, args, seed=seed))
         else:
             expected = literals.flatten(reference_run(args))
+        run_watch.phase("compare")
         rule = rule_text(s, expected)
         cmp = _compare(s, expected, leaves)
         compared += 1
         if not cmp.ok:
             failures += 1
+            run_watch.clear_line()
             click.echo(cmp.report(), err=True)
     if graph is not None:
         _report_graph(module, graph, plain, args, times, s.iterations)
@@ -283,20 +324,37 @@ def _run_one(module, s: RunSettings, *, index: int | None = None, dump: DumpDire
             literals.save_outputs(path, result)
         except OSError as e:
             raise UserError(f"cannot write output literals {path}: {e.strerror or e}") from None
+    run_watch.clear_line()
+    x_status = EXIT_OK
+    if s.expected_literals:
+        x_status = EXIT_MISMATCH if x_failures else EXIT_OK
+        run_watch.verdict(f"{module.name}: results {'differ from' if x_failures else 'match'} the expected literals "
+                          f"{s.expected_literals}" + (f" in {x_failures}/{x_compared} runs" if s.iterations > 1 else "")
+                          + f" ({x_rule})")
+    if compare_with == "none" and s.expected_literals:
+        return x_status
     if compare_with == "none":
         shapes = ", ".join(f"{a.dtype.name}{list(a.shape)}" for a in literals.flatten(result))
         why = ("no reference requested" if s.reference == "none"
                else f"the {s.platform} platform is its own reference")
-        click.echo(f"{module.name}: ran on {s.platform}, outputs {shapes}; not compared ({why})", err=True)
+        run_watch.verdict(f"{module.name}: ran on {s.platform}, outputs {shapes}; not compared ({why}){ov}")
         return EXIT_OK
     if s.iterations > 1:
         click.echo(f"{module.name}: {failures}/{compared} runs miscompared ({rule})", err=True)
     if failures:
-        if s.iterations == 1:
-            click.echo(f"{module.name}: results differ from the {compare_with} reference ({rule})", err=True)
+        run_watch.verdict(f"{module.name}: results differ from the {compare_with} reference ({rule}){ov}")
         return EXIT_MISMATCH
-    click.echo(f"{module.name}: results match the {compare_with} reference ({rule})", err=True)
-    return EXIT_OK
+    run_watch.verdict(f"{module.name}: results match the {compare_with} reference ({rule}){ov}")
+    return x_status
+
+
+def _override_text(s: RunSettings, index: int) -> str:
+    """``; kernel fusion: from override /path/...`` for the verdict (empty without overrides)."""
+    if s.overrides is None:
+        return ""
+    from ..overrides import describe
+    text = describe(s.overrides.sources(index))
+    return f"; {text}" if text else ""
 
 
 def _report_graph(module, graph, plain, args, times, iterations: int) -> None:
@@ -377,14 +435,34 @@ def _report_graph(module, graph, plain, args, times, iterations: int) -> None:
 @click.option("--num-partitions", type=click.IntRange(min=1), default=None,
               help="Partitions P (default: the module's num_partitions, else 1). Participant k reads "
                    "p{k}.arg{i} (else arg{i}) and writes p{k}.out{j}.")
+@click.option("--memory-limit", default="auto", show_default=True, metavar="BYTES|auto|none",
+              help="Refuse (exit 2) a run whose estimated host memory (inputs per participant, outputs, the "
+                   "interpreter's live values, the reference) exceeds this: auto = what is available now, "
+                   "BYTES (16G, 500MB, ...), none = no check.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="Stop the run after SECONDS, naming the phase it was in; exit status 124 (as timeout(1)).")
+@click.option("--expected-literals", type=click.Path(dir_okay=False), default=None,
+              help="Compare the results with stored outputs out0, out1, ... (e.g. XLA's), by the same rule, "
+                   "besides the reference (--reference=none: instead of it).")
+@click.option("--isolate", default=None, metavar="NAME",
+              help="Run only instruction NAME (an instruction, fusion or kernel name, as hlo-compile --extract): "
+                   "its operands are captured from an interpreter run of the whole module (an instruction "
+                   "of a loop body or fused computation: its first execution), saved as inputs.npz (arg0, ...) "
+                   "in --dump-to's directory or the current one, and the instruction alone is run and compared.")
+@click.option("--isolate-instructions/--no-isolate-instructions", default=False, show_default=True,
+              help="run_hlo_module's --isolate_instructions: run each instruction of the module alone (ENTRY "
+                   "and control-flow bodies; identical ones once) on generated inputs, compare each, and print a "
+                   "verdict per instruction, naming the first that fails.")
 @common.library_call_options
 @common.pass_options
+@common.override_options
 @common.version_option(PROG)
 def main(files, platform, reference, input_literals, output_literals, seed, iterations, error_rule,
          abs_error_bound, rel_error_bound, print_literals, random_inputs, use_large_float_range,
          different_random_seeds, input_format, dump_to, tensor_cores, fusion, use_cuda_graph, split_input_file,
          as_fusion, num_replicas, num_partitions, gemm, conv, disable_passes=(), enable_passes_only=(),
-         dump_pass_re=None):
+         dump_pass_re=None, memory_limit="auto", timeout=None, expected_literals=None, isolate=None,
+         isolate_instructions=False, override_dir=None, llvm_ir_files=(), ptx_files=()):
     """Run the HLO modules in FILE... (- reads standard input) and compare their results with a
     reference."""
     try:
@@ -395,15 +473,37 @@ def main(files, platform, reference, input_literals, output_literals, seed, iter
             large_float_range=use_large_float_range, different_seeds=different_random_seeds,
             tensor_cores=tensor_cores, use_cuda_graph=use_cuda_graph, fusion=fusion,
             dump_to=common.dump_dir(dump_to), gemm=gemm, conv=conv, num_replicas=num_replicas,
-            num_partitions=num_partitions, **_pass_settings(disable_passes, enable_passes_only, dump_pass_re, dump_to))
+            num_partitions=num_partitions, memory_limit=run_watch.memory_limit(memory_limit),
+            expected_literals=expected_literals,
+            overrides=_overrides(override_dir, llvm_ir_files, ptx_files, platform, isolate, isolate_instructions),
+            **_pass_settings(disable_passes, enable_passes_only, dump_pass_re, dump_to))
+        from .isolate import check_flags as check_isolation, with_isolation
+        settings = with_isolation(settings, isolate, isolate_instructions)
+        check_isolation(settings)
         _check_flags(settings, input_format, files)
-        sys.exit(_run_files(files, settings, split_input_file, as_fusion))
+        with run_watch.watching(timeout):
+            status = _run_files(files, settings, split_input_file, as_fusion)
+        sys.exit(status)
+    except run_watch.RunTimeout:
+        click.echo(run_watch.timeout_message(timeout), err=True)
+        sys.exit(run_watch.EXIT_TIMEOUT)
     except UserError as e:
         click.echo(f"{PROG}: error: {e}", err=True)
         sys.exit(e.code)
     except KeyboardInterrupt:
         click.echo(f"{PROG}: error: interrupted", err=True)
         sys.exit(130)
+
+
+def _overrides(override_dir, llvm_ir_files, ptx_files, platform: str, isolate, isolate_instructions):
+    """RunSettings' overrides (``common.override_spec``), refused where nothing compiles them."""
+    spec = common.override_spec(override_dir, llvm_ir_files, ptx_files, platform)
+    if spec is not None and (platform == "interpreter" or isolate is not None or isolate_instructions):
+        why = ("the interpreter compiles no kernel" if platform == "interpreter"
+               else "they are not supported yet with --isolate/--isolate-instructions")
+        raise UserError(f"--override-dir/--xla_gpu_llvm_ir_file/--xla_gpu_ptx_file replace kernels' code, but {why}; "
+                        "run on --platform=host or cuda")
+    return spec
 
 
 def _pass_settings(disable_passes, enable_passes_only, dump_pass_re, dump_to) -> dict:
@@ -424,6 +524,8 @@ def _check_flags(s: RunSettings, input_format: str, files) -> None:
                         "to HLO text first (XLA's hlo-opt or hlo-translate)")
     if s.input_literals and not Path(s.input_literals).is_file():
         raise UserError(f"cannot read input literals {s.input_literals}: no such file")
+    if s.expected_literals and not Path(s.expected_literals).is_file():
+        raise UserError(f"cannot read expected literals {s.expected_literals}: no such file")
     if s.input_literals and not s.random_inputs:
         raise UserError("--zero-inputs (random_init_input_literals=false) and --input-literals exclude each other")
     if s.output_literals:
@@ -447,6 +549,7 @@ def _run_files(files, s: RunSettings, split_input_file: bool, as_fusion: bool) -
         if len(files) > 1:
             click.echo(f"== {path}", err=True)
         try:
+            run_watch.phase("parse", str(path))
             modules = common.read_modules(path, split_input_file, as_fusion)
         except UserError as e:
             click.echo(f"{PROG}: error: {e}", err=True)
@@ -461,6 +564,12 @@ def _run_files(files, s: RunSettings, split_input_file: bool, as_fusion: bool) -
         for module in modules:
             status = max(status, _guarded_run(module, s, index if several else None, dump, index, path))
             index += 1
+    if s.overrides is not None and status != EXIT_ERROR:  # a file no module used: never silently
+        try:
+            s.overrides.finish()
+        except HloError as e:
+            common.echo_error(PROG, e)
+            status = EXIT_ERROR
     return status
 
 

@@ -218,7 +218,8 @@ def participant_groups(inst: HloInstruction, world: World) -> list[list[int]]:
         for i in g:
             if i >= limit:
                 raise _refuse(inst, f"its replica groups name id {i}, but the module runs on {R} replica(s) x "
-                                    f"{P} partition(s) ({mode.replace('_', '-')} ids < {limit})")
+                                    f"{P} partition(s) ({mode.replace('_', '-')} ids < {limit})"
+                                    + _participants_hint(mode, groups, world))
     if mode == CROSS_REPLICA:
         out = [[world.flat(g, p) for g in grp] for p in range(P) for grp in groups]
     elif mode == CROSS_PARTITION:
@@ -230,8 +231,34 @@ def participant_groups(inst: HloInstruction, world: World) -> list[list[int]]:
     seen = sorted(i for g in out for i in g)
     if seen != list(range(world.size)):
         raise _refuse(inst, f"its replica groups {groups} do not cover each of the {world.size} participants "
-                            "exactly once")
+                            "exactly once" + _participants_hint(mode, groups, world))
     return out
+
+
+def _participants_hint(mode: str, groups: list[list[int]], world: World) -> str:
+    """The flag that gives the run as many participants as ``groups`` name, when they name
+    ids 0..n-1 each once (the module was run with too few or too many); else nothing."""
+    ids = sorted(i for g in groups for i in g)
+    n = len(ids)
+    if not n or ids != list(range(n)):
+        return ""
+    R, P = world.replicas, world.partitions
+    if mode == CROSS_PARTITION:
+        if n == P:
+            return ""
+        flag, header = f"--num-partitions {n}", f"num_partitions={n}"
+    elif mode == FLATTENED_ID:
+        if n == world.size:
+            return ""
+        if n % P:
+            return f"; run it on {n} participants: --num-replicas R --num-partitions P with R x P = {n}"
+        flag = f"--num-replicas {n // P}" + (f" --num-partitions {P}" if P > 1 else "")
+        header = f"replica_count={n // P}"
+    else:
+        if n == R:
+            return ""
+        flag, header = f"--num-replicas {n}", f"replica_count={n}"
+    return f"; run it with {flag} (or {header} in the module's header)"
 
 
 def group_of(groups: Sequence[Sequence[int]], me: int) -> list[int]:

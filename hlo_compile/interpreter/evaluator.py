@@ -31,7 +31,11 @@ from . import fft  # noqa: F401,E402
 class Evaluator:
     """Evaluates computations of one module. ``seed`` enables rng ops (otherwise an error).
     ``participant``: who runs it (SPMD: ``participants.py``; default the only one);
-    ``rng_states``: the ``rng-get-and-update-state`` counters, kept by the caller across runs."""
+    ``rng_states``: the ``rng-get-and-update-state`` counters, kept by the caller across runs.
+    ``watch``: when set, ``watch(inst, operand_values)`` is called before each instruction is
+    evaluated (``hlo-run --isolate`` captures one instruction's operands with it)."""
+
+    watch: Callable[[Any, list], None] | None = None
 
     def __init__(self, module: HloModule | None = None, *, seed: int | None = None,
                  participant: Participant | None = None, rng_states: dict | None = None):
@@ -79,6 +83,8 @@ class Evaluator:
                 raise HloUnsupportedError(f"the interpreter does not implement opcode '{inst.opcode}'",
                                           inst.location)
             operands = [env[id(o)] for o in inst.operands]
+            if self.watch is not None:
+                self.watch(inst, operands)
             try:
                 env[id(inst)] = fn(self, inst, operands)
             except HloError:

@@ -118,7 +118,7 @@ def make_platform(name: str) -> Platform:
     raise HloUnsupportedError(f"unknown platform '{name}' (platforms: host, cuda, interpreter)")
 
 
-def _programs_stage(platform: Platform) -> Stage:
+def programs_stage(platform: Platform) -> Stage:
     def build(options: CompileOptions, plan: ModulePlan) -> StageOutput:
         return StageOutput(build_programs(plan, platform.name))
     return Stage(PROGRAMS, ("fusions",), build, description="a program of steps per computation the module runs")
@@ -135,6 +135,6 @@ def compile_executable(module: HloModule, platform: str | Platform, options: Com
     p = make_platform(platform) if isinstance(platform, str) else platform
     options = p.compile_options(options or CompileOptions())
     result = run_pipeline(module, options, dump_to=dump_to, module_index=module_index,
-                          then=[_programs_stage(p), p.kernel_stage()], cache=cache)
+                          then=[programs_stage(p), p.kernel_stage()], cache=cache)
     return Executable(result.plan, p, result.values[KERNELS], compile_seconds=time.perf_counter() - t0,
                       programs=result.values[PROGRAMS], pipeline=result)

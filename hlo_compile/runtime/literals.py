@@ -191,9 +191,10 @@ _SPECIAL_FLOATS = (0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan)
 _SPECIAL_PROBABILITY = 1e-6  # per special value, as run_hlo_module's large range
 
 
-def _large_range_floats(dt: np.dtype, dims: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+def _large_range_floats(dt: np.dtype, dims: tuple[int, ...] | int, rng: np.random.Generator) -> np.ndarray:
     """``--use-large-float-range``: log-uniform magnitudes over the whole exponent range of
-    ``dt``, random signs, and now and then ±0, ±1, ±inf or NaN (run_hlo_module's large range)."""
+    ``dt``, random signs, and now and then ±0, ±1, ±inf or NaN (run_hlo_module's large range).
+    ``dims`` is a shape or (chunked generation) a count."""
     import ml_dtypes
     info = ml_dtypes.finfo(dt)
     exponents = rng.uniform(info.minexp, info.maxexp - 1, size=dims)
@@ -207,28 +208,53 @@ def _large_range_floats(dt: np.dtype, dims: tuple[int, ...], rng: np.random.Gene
         return values.astype(dt)
 
 
+# Generated inputs are drawn this many elements at a time, straight into an array of the
+# parameter's own element type: the f64 (or int64) draws of one chunk are the only temporary
+# (16 MiB at most), never an f64 copy of the whole input. An array of at most one chunk gets
+# exactly the values one whole draw gave before (the same stream); a larger one the same
+# distribution, its integers and large-range floats drawn chunk by chunk.
+CHUNK_ELEMENTS = 1 << 20
+GENERATION_TEMPORARY_BYTES = CHUNK_ELEMENTS * 16  # an upper bound of the per-chunk draws
+
+
+def _fill(out: np.ndarray, draw) -> np.ndarray:
+    """``out`` filled chunk by chunk with ``draw(count)`` (cast to ``out``'s dtype)."""
+    flat = out.reshape(-1)  # a view: ``out`` is new and C-contiguous
+    with np.errstate(over="ignore", invalid="ignore"):
+        for start in range(0, flat.size, CHUNK_ELEMENTS):
+            stop = min(start + CHUNK_ELEMENTS, flat.size)
+            flat[start:stop] = draw(stop - start)
+    return out
+
+
 def _random_leaf(shape: Shape, rng: np.random.Generator, index_bound: int | None,
                  large_float_range: bool = False) -> np.ndarray:
     dt = numpy_dtype(shape.element_type)
     dims = tuple(shape.dimensions)
     kind = element_type(shape.element_type).kind
+    out = np.empty(dims, dtype=bool if kind == "pred" else dt)
     if index_bound is not None and kind in ("signed", "unsigned"):
-        return rng.integers(0, index_bound + 1, size=dims).astype(dt)
+        return _fill(out, lambda n: rng.integers(0, index_bound + 1, size=n))
     if kind == "pred":
-        return rng.integers(0, 2, size=dims).astype(bool)
+        return _fill(out, lambda n: rng.integers(0, 2, size=n).astype(bool))
     if kind == "signed":
-        return rng.integers(-5, 6, size=dims).astype(dt)
+        return _fill(out, lambda n: rng.integers(-5, 6, size=n))
     if kind == "unsigned":
-        return rng.integers(0, 11, size=dims).astype(dt)
+        return _fill(out, lambda n: rng.integers(0, 11, size=n))
     if kind == "complex":
+        # real parts first, then imaginary parts: the stream one whole draw of each gave
+        part = np.dtype(np.float32 if dt == np.complex64 else np.float64)
         if large_float_range:
-            part = np.float32 if dt == np.complex64 else np.float64
-            return (_large_range_floats(np.dtype(part), dims, rng)
-                    + 1j * _large_range_floats(np.dtype(part), dims, rng)).astype(dt)
-        return (rng.uniform(*FLOAT_RANGE, size=dims) + 1j * rng.uniform(*FLOAT_RANGE, size=dims)).astype(dt)
+            draw = lambda n: _large_range_floats(part, n, rng)  # noqa: E731
+        else:
+            draw = lambda n: rng.uniform(*FLOAT_RANGE, size=n)  # noqa: E731
+        flat = out.reshape(-1)
+        _fill(flat.real, draw)
+        _fill(flat.imag, draw)
+        return out
     if large_float_range:
-        return _large_range_floats(dt, dims, rng)
-    return rng.uniform(*FLOAT_RANGE, size=dims).astype(dt)
+        return _fill(out, lambda n: _large_range_floats(dt, n, rng))
+    return _fill(out, lambda n: rng.uniform(*FLOAT_RANGE, size=n))
 
 
 def random_inputs(module: HloModule, seed: int = 0, *, iteration: int = 0,
@@ -282,8 +308,8 @@ class MemoryNeed:
 
 def memory_need(module: HloModule, *, generated_inputs: bool = True) -> MemoryNeed:
     """A lower bound of the host memory a run of ``module`` takes: its inputs, its outputs and
-    the largest value computed by any instruction (generated float inputs are drawn as f64
-    first, so that is counted too)."""
+    the largest value computed by any instruction (or one chunk's draws of generated inputs).
+    hlo-run estimates more closely: ``memory_estimate``."""
     inputs = sum(shape_bytes(p.shape) for p in module.entry.parameters)
     root = module.entry.root
     outputs = 0 if root.opcode == "parameter" else shape_bytes(root.shape)
@@ -295,13 +321,8 @@ def memory_need(module: HloModule, *, generated_inputs: bool = True) -> MemoryNe
             size = shape_bytes(inst.shape)
             if size > temporary:
                 temporary, name = size, inst.name
-    if generated_inputs:
-        for p in module.entry.parameters:
-            for _, leaf in p.shape.leaves():
-                if leaf.is_array and element_type(leaf.element_type).kind in ("float", "complex"):
-                    size = leaf.element_count() * (16 if element_type(leaf.element_type).kind == "complex" else 8)
-                    if size > temporary:
-                        temporary, name = size, f"{p.name} (generated as f64)"
+    if generated_inputs and GENERATION_TEMPORARY_BYTES > temporary:  # one chunk's draws (_fill)
+        temporary, name = GENERATION_TEMPORARY_BYTES, "generated inputs' draws"
     return MemoryNeed(inputs, outputs, temporary, name)
 
 

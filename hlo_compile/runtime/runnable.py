@@ -8,6 +8,7 @@ equal). Kept free of runtime imports so the compile stages can use it without th
 """
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 from ..hlo import HloComputation, HloInstruction
@@ -30,10 +31,10 @@ SUPPORTED = ("fusions, parameters, constants, bitcasts, tuples, while, condition
 
 
 def unsupported(inst: HloInstruction, platform: str | None) -> HloUnsupportedError:
-    """The refusal of ``inst`` on ``platform`` (None: on any)."""
-    where = f" (line {inst.location.line})" if inst.location else ""
+    """The refusal of ``inst`` on ``platform`` (None: on any): ``where(inst)``, so a custom
+    call names its target and an instruction our passes made the user's own."""
     who = f"platform '{platform}' cannot" if platform else "no platform can"
-    return HloUnsupportedError(f"{who} run {inst.opcode} '%{inst.name}'{where}: "
+    return HloUnsupportedError(f"{who} run {where(inst)}: "
                                f"only {SUPPORTED} are supported so far", inst.location)
 
 
@@ -52,8 +53,31 @@ def check_runnable(computations: Iterable[HloComputation], generated: frozenset[
 
 
 def where(inst: HloInstruction) -> str:
-    """``opcode '%name' (line N)``, as refusals name an instruction."""
-    return f"{inst.opcode} '%{inst.name}'" + (f" (line {inst.location.line})" if inst.location else "")
+    """``opcode '%name' (line N)``, as refusals name an instruction; a custom call with its
+    ``custom_call_target``, and an instruction our passes made (``%wrapped_start1``, a name not
+    in the user's file) with the name of the user's instruction it was made from."""
+    text = f"{inst.opcode} '%{inst.name}'" + (f" (line {inst.location.line})" if inst.location else "")
+    origin = source_name(inst)
+    if origin is not None:
+        text += f", made from the input's '%{origin}'"
+    target = inst.attr("custom_call_target", None) if inst.opcode == "custom-call" else None
+    if target is not None:
+        text += f', custom_call_target="{target}"'
+    return text
+
+
+_DEFINED_NAME = re.compile(r"\s*(?:ROOT\s+)?%?([A-Za-z_$][\w.\-$]*)\s*=")
+
+
+def source_name(inst: HloInstruction) -> str | None:
+    """The name the user's file gives the instruction ``inst`` stands for, when our passes made
+    or renamed ``inst`` (it keeps the source location of what it was made from: the line that
+    defines that instruction); None when the names agree or the line defines none."""
+    line = inst.location.source_line if inst.location else ""
+    m = _DEFINED_NAME.match(line or "")
+    if m is None or m.group(1) == inst.name:
+        return None
+    return m.group(1)
 
 
 # an all-reduce's (reduce-scatter's) to_apply root → its elementwise kind (XLA's MatchReductionComputation)
