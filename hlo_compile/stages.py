@@ -214,29 +214,10 @@ def _kernel_keys(options: CompileOptions, plan: ModulePlan) -> dict[str, str]:
     return keys
 
 
-def _called(fusion) -> list:
-    """The fused computation and those it calls (transitively), each once, in a fixed order."""
-    from .hlo import HloComputation
-    out, todo, seen = [], [fusion.fused_computation], set()
-    while todo:
-        comp = todo.pop()
-        if id(comp) in seen:
-            continue
-        seen.add(id(comp))
-        out.append(comp)
-        for inst in comp.instructions:
-            for a in inst.attributes.values():
-                v = a.value
-                if isinstance(v, HloComputation):
-                    todo.append(v)
-                elif isinstance(v, (list, tuple)):
-                    todo.extend(c for c in v if isinstance(c, HloComputation))
-    return out
-
-
 def _names_text(fusion) -> str:
     """The names of the fused computation's instructions and of those it calls, in order."""
-    return "\n".join(comp.name + ":" + ",".join(i.name for i in comp.instructions) for comp in _called(fusion))
+    from .hlo.ir import called_closure
+    return "\n".join(comp.name + ":" + ",".join(i.name for i in comp.instructions) for comp in called_closure(fusion))
 
 
 def _entry(cache, key: str, fields: tuple[str, ...]) -> tuple[str, ...] | None:

@@ -29,7 +29,8 @@ import difflib
 from typing import TYPE_CHECKING, Iterable
 
 from .errors import HloError
-from .ir import HloComputation, HloInstruction, HloModule, remap_attributes, clone_computation, clone_instruction
+from .ir import (HloComputation, HloInstruction, HloModule, called_closure, clone_computation, clone_instruction,
+                 remap_attributes)
 from .rewrite import CONTROL_PREDECESSORS, NameScope, new_instruction
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -154,20 +155,6 @@ def resolve(module: HloModule, name: str, *, options: CompileOptions | None = No
 
 # ---- taking it out ------------------------------------------------------------------------------
 
-def called_closure(inst: HloInstruction) -> list[HloComputation]:
-    """The computations ``inst`` calls, and those they call, each once."""
-    out: list[HloComputation] = []
-    seen: set[int] = set()
-    todo = list(inst.called_computations())
-    while todo:
-        comp = todo.pop()
-        if id(comp) in seen:
-            continue
-        seen.add(id(comp))
-        out.append(comp)
-        for i in comp.instructions:
-            todo.extend(i.called_computations())
-    return out
 
 
 def _in_text_order(comps: list[HloComputation], module: HloModule | None) -> list[HloComputation]:

@@ -291,3 +291,19 @@ def remap_attributes(inst: HloInstruction, remap: Any, kind: type) -> None:
             changed[k] = replace(a, value=v)
     if changed:
         inst.attributes = {k: changed.get(k, a) for k, a in inst.attributes.items()}
+
+
+def called_closure(inst: HloInstruction) -> list[HloComputation]:
+    """The computations ``inst`` calls, and those they call, each once."""
+    out: list[HloComputation] = []
+    seen: set[int] = set()
+    todo = list(inst.called_computations())
+    while todo:
+        comp = todo.pop()
+        if id(comp) in seen:
+            continue
+        seen.add(id(comp))
+        out.append(comp)
+        for i in comp.instructions:
+            todo.extend(i.called_computations())
+    return out
