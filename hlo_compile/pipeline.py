@@ -13,6 +13,7 @@ ours (``STAGE_ALIASES``).
 """
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,7 +123,7 @@ def _closure(wanted: Sequence[Stage], candidates: Sequence[Stage]) -> list[Stage
 def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None = None,
                  dump_to: Path | DumpDirectory | None = None, module_index: int = 0,
                  then: Sequence[Stage] = (), cache: KernelCache | None = None, jobs: int = 1,
-                 progress=None, overrides=None) -> PipelineResult:
+                 progress=None, overrides=None, dump_indexing: str | re.Pattern | None = None) -> PipelineResult:
     """Run the stages in order, each once.
 
     ``emit``: the stage whose artifact is wanted (an error if it cannot run here). ``then``:
@@ -134,7 +135,10 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
     that work per kernel (``Stage.uses_env``) keep an entry per kernel in ``cache``, use ``jobs`` processes and
     call ``progress(stage, done, total)`` as kernels are done (and ``progress(stage, 0, 0)``
     as each stage begins). ``overrides`` (``overrides.OverrideSpec``): kernels whose IR or PTX
-    comes from files, bound to this module once it is planned."""
+    comes from files, bound to this module once it is planned. ``dump_indexing``: the stages
+    dumped only on request (``Stage.dump_on_request``: the indexing maps) are dumped, for the
+    instructions whose name this regex finds ("" or ".*": all); None, the default: they are
+    neither run nor written for a dump unless ``emit`` or ``then`` asks for them."""
     result = PipelineResult(module, options)
     env = StageEnv(cache, jobs, progress)
     wanted = stage(emit) if emit else None
@@ -142,6 +146,12 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
     goals = _closure(list(then) or ([wanted] if wanted else STAGES), all_stages)
     dump = as_dump_directory(dump_to)
     order = all_stages if dump is not None else goals
+    only = None
+    if dump is not None and dump_indexing is None:  # ours, large and slow: only when asked for
+        asked = _closure(list(then) or ([wanted] if wanted else []), all_stages)
+        order = [s for s in order if not s.dump_on_request or s in asked]
+    elif dump is not None and dump_indexing:
+        only = re.compile(dump_indexing) if isinstance(dump_indexing, str) else dump_indexing
     required = {s.name for s in (goals if then else order)}
     if dump is not None:
         result.writer = dump.module(module, module_index, options.arch)
@@ -169,7 +179,8 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
             if progress is not None:
                 progress(s.name, 0, 0)  # a stage begins
             try:
-                out = _run_stage(s, options, [values[n] for n in s.needs], result, env)
+                out = _run_stage(s, options, [values[n] for n in s.needs], result, env,
+                                 only if s.dump_on_request and s is not wanted else None)
                 if overrides is not None and s.name == "fusions":
                     _bind_overrides(overrides, module, module_index, out, result, env)
                 streamed = (isinstance(out.text, StreamedText) and result.writer is not None
@@ -209,8 +220,11 @@ def _bind_overrides(spec, module: HloModule, index: int, out: StageOutput, resul
 
 
 def _run_stage(s: Stage, options: CompileOptions, inputs: list, result: PipelineResult,
-               env: StageEnv) -> StageOutput:
-    """``s`` on ``inputs`` (a per-kernel stage with ``env``: its cache, workers and progress)."""
+               env: StageEnv, only: re.Pattern | None = None) -> StageOutput:
+    """``s`` on ``inputs`` (a per-kernel stage with ``env``: its cache, workers and progress;
+    a stage dumped on request with ``only``: the instructions it reports)."""
+    if only is not None:
+        return s.run(options, *inputs, only=only)
     if s.uses_env:
         out = s.run(options, *inputs, env=env)
         v = out.value

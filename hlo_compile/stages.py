@@ -128,6 +128,13 @@ class Stage:
     xla_names: tuple[str, ...] = ()           # hlo-opt's --stage spellings of this stage
     description: str = ""
     uses_env: bool = False                    # ``run`` takes ``env=StageEnv`` (cache, jobs, progress)
+    # Dumped only when asked for (``run_pipeline(dump_indexing=REGEX)``, ``--dump-indexing``), and
+    # then ``run`` takes ``only=`` (a compiled regex over the instructions it reports). A file of
+    # ours, not one of XLA's, and the largest and slowest of a dump: a MobileNetV2 training step's
+    # maps were 118 MB and most of its 126 s (ENTRY's root, a tuple of N, has 2*N*N records); an
+    # XLA user looks for the module after optimizations, the LLVM IR and the PTX. Printed
+    # (``--emit``), the stage runs as any other.
+    dump_on_request: bool = False
 
 
 @dataclass(frozen=True)
@@ -182,15 +189,15 @@ def _fusions(options: CompileOptions, module: HloModule) -> StageOutput:
     return StageOutput(plan, LazyText(report))
 
 
-def _indexing(options: CompileOptions, source: HloModule) -> StageOutput:
+def _indexing(options: CompileOptions, source: HloModule, *, only=None) -> StageOutput:
     from .indexing.report import indexing_report_text_pieces
-    text = StreamedText(lambda: indexing_report_text_pieces(source))
+    text = StreamedText(lambda: indexing_report_text_pieces(source, only))
     return StageOutput(text, text)
 
 
-def _indexing_json(options: CompileOptions, source: HloModule) -> StageOutput:
+def _indexing_json(options: CompileOptions, source: HloModule, *, only=None) -> StageOutput:
     from .indexing.report import indexing_report_json_pieces
-    text = StreamedText(lambda: itertools.chain(indexing_report_json_pieces(source), ("\n",)))
+    text = StreamedText(lambda: itertools.chain(indexing_report_json_pieces(source, only), ("\n",)))
     return StageOutput(text, text)
 
 
@@ -491,9 +498,9 @@ STAGES: list[Stage] = [
     Stage("fusions", ("hlo",), _fusions, dump_suffix="fusions.txt",
           description="per fusion: hero, emitter and why, launch dimensions"),
     Stage("indexing", (SOURCE,), _indexing, dump_suffix="indexing.txt",
-          description="indexing maps of ENTRY's root and fusions"),
+          description="indexing maps of ENTRY's root and fusions", dump_on_request=True),
     Stage("indexing-json", (SOURCE,), _indexing_json, "json", dump_suffix="indexing.json",
-          description="the same maps as JSON"),
+          description="the same maps as JSON", dump_on_request=True),
     Stage("llvm", ("fusions",), _llvm, "ll", dump_suffix="ir-no-opt.ll", xla_names=("llvm-before-optimizations",),
           description="LLVM IR as emitted (per kernel too)", uses_env=True),
     Stage("llvm-opt", ("fusions", "llvm"), _llvm_opt, "ll", dump_suffix="ir-with-opt.ll",

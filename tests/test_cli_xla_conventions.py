@@ -286,8 +286,9 @@ def test_dump_uses_xla_names_with_a_ptx_file_per_kernel(tmp_path):
     assert r.exit_code == 0, r.output
     names = {p.name for p in out.iterdir()}
     for suffix in ("before_optimizations.txt", "sm_8.0_gpu_after_optimizations.txt", "ir-no-opt.ll",
-                   "ir-with-opt.ll", "ptx", "fusions.txt", "indexing.txt", "indexing.json", "summary.json"):
+                   "ir-with-opt.ll", "ptx", "fusions.txt", "summary.json"):
         assert f"module_0000.gelu.{suffix}" in names, suffix
+    assert not any("indexing" in n for n in names)  # ours, large: only with --dump-indexing
     assert "module_0000.gelu.fusion.ptx" in names and "module_0000.gelu.fusion.ir-no-opt.ll" in names
     assert not any(n.endswith(".ptx.ptx") or n.endswith(".llvm.ll") for n in names)
     kernel_ptx = (out / "module_0000.gelu.fusion.ptx").read_text()
@@ -297,6 +298,24 @@ def test_dump_uses_xla_names_with_a_ptx_file_per_kernel(tmp_path):
     if find_ptxas() is not None:
         from hlo_compile.targets.nvptx.ptxas import run_ptxas
         assert run_ptxas(kernel_ptx, "sm_80").kernels.keys() == {"fusion"}
+
+
+def test_dump_indexing_on_request(tmp_path):
+    """--dump-indexing adds the indexing maps to the dump (=REGEX: of the instructions it
+    finds); it needs a dump directory and a valid regex."""
+    out = tmp_path / "all"
+    r = _invoke(compile_main, "--dump-indexing", GELU, "--emit=fusions", "--dump-to", out, "--no-cache")
+    assert r.exit_code == 0, r.output
+    assert (out / "module_0000.gelu.indexing.txt").read_text() == _invoke(compile_main, GELU, "--emit=indexing").output
+    assert json.loads((out / "module_0000.gelu.indexing.json").read_text())["instructions"]
+    out = tmp_path / "none"
+    r = _invoke(compile_main, GELU, "--emit=fusions", "--dump-to", out, "--no-cache", "--dump-indexing=^no_such_")
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "module_0000.gelu.indexing.json").read_text()) == {"instructions": []}
+    r = _invoke(compile_main, GELU, "--dump-indexing")
+    assert r.exit_code == 2 and "needs --dump-to" in r.output
+    r = _invoke(compile_main, GELU, "--dump-to", tmp_path / "bad", "--dump-indexing=(")
+    assert r.exit_code == 2 and "not a regular expression" in r.output
 
 
 def test_per_kernel_ptx_is_self_contained():

@@ -256,9 +256,10 @@ def test_dump_directory(tmp_path):
     out = tmp_path / "dump"
     run_pipeline(module, CompileOptions(), dump_to=out)
     names = sorted(p.name for p in out.iterdir())
-    for suffix in ("before_optimizations.txt", "sm_8.0_gpu_after_optimizations.txt", "fusions.txt", "indexing.txt",
+    for suffix in ("before_optimizations.txt", "sm_8.0_gpu_after_optimizations.txt", "fusions.txt",
                    "ir-no-opt.ll", "ir-with-opt.ll", "ptx"):  # XLA's dump names
         assert f"module_0000.gelu.{suffix}" in names
+    assert not any("indexing" in n for n in names)  # the maps only on request (dump_indexing)
     summary = json.loads((out / "summary.json").read_text())
     k = summary["kernels"][0]
     assert k["emitter"] == "loop" and k["block"] == [128, 1, 1] and k["grid"] == [2048, 1, 1]

@@ -5,6 +5,7 @@ failure leaves no file, and the memory held is one instruction's maps, not the m
 from __future__ import annotations
 
 import json
+import re
 import tracemalloc
 from pathlib import Path
 
@@ -125,7 +126,7 @@ def test_dumped_files_are_the_previous_texts_never_made_whole(text, tmp_path, mo
     monkeypatch.setattr(StreamedText, "__call__", whole)
     only = [s for s in STAGES if s.name in ("indexing", "indexing-json")]
     monkeypatch.setattr("hlo_compile.pipeline.STAGES", only)
-    r = run_pipeline(m, CompileOptions(), dump_to=tmp_path)
+    r = run_pipeline(m, CompileOptions(), dump_to=tmp_path, dump_indexing="")  # asked for: every instruction
     assert r.dump_errors == {} and r.skipped == {}
     for suffix, want in expected.items():
         (path,) = tmp_path.glob(f"module_0000.*.{suffix}")
@@ -153,7 +154,7 @@ def test_a_failure_while_streaming_leaves_no_file(tmp_path, monkeypatch):
     only = [s for s in STAGES if s.name in ("indexing", "indexing-json")]
     monkeypatch.setattr("hlo_compile.pipeline.STAGES", only)
     with pytest.raises(HloUnsupportedError, match="reduce_fusion"):  # a dump's stages are all asked for
-        run_pipeline(m, CompileOptions(), dump_to=tmp_path)
+        run_pipeline(m, CompileOptions(), dump_to=tmp_path, dump_indexing=".*")
     assert not list(tmp_path.glob("*.indexing.json")) and not list(tmp_path.glob(".tmp-*"))
     assert len(list(tmp_path.glob("*.indexing.txt"))) == 1  # the stage before it, whole
 
@@ -178,3 +179,43 @@ def test_streamed_dump_holds_one_records_maps(tmp_path):
     size = path.stat().st_size
     assert path.read_text() == whole and size > 400_000
     assert streamed < size and 5 * streamed < made_whole, (streamed, made_whole, size)
+
+
+def test_indexing_is_dumped_only_on_request(tmp_path, monkeypatch):
+    """A dump holds no indexing maps unless asked for (``dump_indexing``), and none is made:
+    on a MobileNetV2-sized module they were most of the dump's time and size."""
+    m = parse_module(MULTI)
+
+    def never(*args, **kwargs):
+        raise AssertionError("indexing maps made for a dump that did not ask for them")
+    monkeypatch.setattr(report, "_iter_records", never)
+    only = [s for s in STAGES if s.name in ("hlo", "indexing", "indexing-json")]
+    monkeypatch.setattr("hlo_compile.pipeline.STAGES", only)
+    r = run_pipeline(m, CompileOptions(), dump_to=tmp_path)
+    assert r.dump_errors == {} and r.skipped == {}
+    assert not list(tmp_path.glob("*indexing*")) and list(tmp_path.glob("*_gpu_after_optimizations.txt"))
+    assert json.loads((tmp_path / "summary.json").read_text())["stages"] == ["hlo"]
+
+
+def test_dump_indexing_regex_selects_instructions(tmp_path, monkeypatch):
+    """``dump_indexing=REGEX``: the maps of the instructions whose name it finds, and only
+    theirs are made; the printed stage (``emit``) stays whole."""
+    m = parse_module(MULTI)
+    real, made = report._iter_records, []
+
+    def counting(inst):
+        made.append(inst.name)
+        return real(inst)
+    monkeypatch.setattr(report, "_iter_records", counting)
+    r = run_pipeline(m, CompileOptions(), emit="indexing", dump_to=tmp_path, dump_indexing="^reduce_")
+    text = r.artifacts["indexing"]
+    # the printed text's three instructions, the JSON's one: none of loop_fusion's for the dump
+    assert made == ["loop_fusion", "reduce_fusion", "out", "reduce_fusion"]
+    assert text == previous_text(m)  # printed: every instruction
+    (txt,) = tmp_path.glob("*.indexing.txt")
+    (js,) = tmp_path.glob("*.indexing.json")
+    assert txt.read_text() == previous_text(m)  # the printed stage is the one dumped
+    assert [i["name"] for i in json.loads(js.read_text())["instructions"]] == ["reduce_fusion"]
+    one = parse_module(MULTI)
+    want = "".join(report.indexing_report_json_pieces(one, re.compile("^reduce_"))) + "\n"
+    assert js.read_text() == want

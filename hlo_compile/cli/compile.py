@@ -40,6 +40,8 @@ _REFUSED = {"emit_proto": "hlo-compile writes text (and the binary cubin), never
 def _translate(argv: list[str]) -> list[str]:
     from .selection import fusion_argv  # --fusion=NAME (the boolean --fusion takes no value)
     argv = fusion_argv(argv)
+    end = argv.index("--") if "--" in argv else len(argv)  # bare --dump-indexing: every instruction
+    argv = [a + "=" if a == "--dump-indexing" and n < end else a for n, a in enumerate(argv)]
     return common.translate_xla_flags(argv, main, values=_VALUES, booleans=_BOOLEANS, ignored=_IGNORED,
                                       refused=_REFUSED, prog=PROG)
 
@@ -54,7 +56,7 @@ def _list_stages(ctx: click.Context, _param, value: bool) -> None:
     width = max(len(s.name) for s in STAGES)
     for s in STAGES:
         aliases = f" (hlo-opt: {', '.join(s.xla_names)})" if s.xla_names else ""
-        dump = s.dump_suffix.replace("{arch}", "sm_X.Y")
+        dump = s.dump_suffix.replace("{arch}", "sm_X.Y") + (" (with --dump-indexing)" if s.dump_on_request else "")
         click.echo(f"{s.name:<{width}}  {s.description}{aliases}; dump: module_NNNN.<module>.{dump}")
     click.echo(f"hlo-opt's 'llvm' is its IR after optimizations: here llvm-opt (or llvm-after-optimizations); "
                f"not produced here: {', '.join(sorted(UNAVAILABLE_STAGES))}")
@@ -76,6 +78,11 @@ def _list_passes(ctx: click.Context, _param, value: bool) -> None:
 @click.option("--dump-to", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write every stage into this directory with XLA's file names "
                    "(module_0000.<module>.ptx ...); XLA_FLAGS=--xla_dump_to=DIR does the same.")
+@click.option("--dump-indexing", "dump_indexing", default=None, metavar="[=REGEX]",
+              help="With a dump directory, also write the indexing maps (module_NNNN.<module>.indexing.txt and "
+                   ".indexing.json; ours, not XLA's): of every fusion in ENTRY and its root, or with =REGEX of those "
+                   "whose name it finds. Not written by default: on a large model they are most of the dump's "
+                   "time and size.")
 @click.option("--emit", "--stage", "emit", default=None, metavar="STAGE",
               help="Print this stage (default: hlo, the module after passes in XLA's long form). "
                    "Stages: " + ", ".join(s.name for s in STAGES) + "; hlo-opt's names are accepted "
@@ -131,7 +138,7 @@ def main(file: str, dump_to: Path | None, emit: str | None, passes: str | None, 
          gemm: str, conv: str, cost_device: str | None = None, extract: str | None = None,
          fusion_name: str | None = None, disable_passes: tuple[str, ...] = (), enable_passes_only: tuple[str, ...] = (),
          dump_pass_re: str | None = None, override_dir: Path | None = None, llvm_ir_files: tuple[str, ...] = (),
-         ptx_files: tuple[str, ...] = ()) -> None:
+         ptx_files: tuple[str, ...] = (), dump_indexing: str | None = None) -> None:
     """Compile the XLA HLO text module in FILE (- reads standard input) for an NVIDIA GPU."""
     try:
         overrides = common.override_spec(override_dir, llvm_ir_files, ptx_files)
@@ -146,6 +153,7 @@ def main(file: str, dump_to: Path | None, emit: str | None, passes: str | None, 
                                 "--xla_disable_hlo_passes/--xla_enable_hlo_passes_only")
             skip = skipped_passes(disable_passes, enable_passes_only)
         pass_re = common.check_dump_pass_re(dump_pass_re, common.dump_dir(dump_to) if passes is None else None)
+        _check_dump_indexing(dump_indexing, common.dump_dir(dump_to))
         options = CompileOptions(arch=arch, dot_tensor_cores=tensor_cores, fusion=fusion, gemm=gemm, conv=conv,
                                  device=cost_device.lower() if cost_device else None, skip_passes=skip)
         cache = None if no_cache else KernelCache(cache_dir or default_cache_dir())
@@ -163,12 +171,13 @@ def main(file: str, dump_to: Path | None, emit: str | None, passes: str | None, 
         key = None
         if cache is not None and source is not None and overrides is None:  # an override's result: never cached whole
             key = result_key(source[0], _result_flags(checked[0], checked[1], split_input_file, short_form,
-                                                      as_fusion, dump_to, options) + [f"pass_re={dump_pass_re}"])
+                                                      as_fusion, dump_to, options) + [f"pass_re={dump_pass_re}",
+                                                                          f"dump_indexing={dump_indexing}"])
             if _from_cache(cache, key, output, dump_to):
                 return
         _main(file, dump_to, emit, passes, output, options, platform, input_format, split_input_file, short_form,
               as_fusion, cache, quiet, source=source, result_key=key, checked=checked, jobs=jobs or default_jobs(),
-              pass_re=pass_re, overrides=overrides)
+              pass_re=pass_re, overrides=overrides, dump_indexing=dump_indexing)
     except UserError as e:
         click.echo(f"{PROG}: error: {e}", err=True)
         sys.exit(e.code)
@@ -183,6 +192,20 @@ def main(file: str, dump_to: Path | None, emit: str | None, passes: str | None, 
         # a case the compiler does not handle: still a message, never a traceback
         click.echo(common.bug_text(PROG, f"compiling {file}", e), err=True)
         sys.exit(EXIT_ERROR)
+
+
+def _check_dump_indexing(regex: str | None, dump: Path | None) -> None:
+    """``--dump-indexing[=REGEX]``: it needs a dump directory and a valid regex."""
+    if regex is None:
+        return
+    if dump is None:
+        raise UserError("--dump-indexing writes the indexing maps into the dump: it needs --dump-to DIR or "
+                        "--xla_dump_to=DIR (--emit=indexing|indexing-json prints them)")
+    import re
+    try:
+        re.compile(regex)
+    except re.error as e:
+        raise UserError(f"--dump-indexing={regex}: not a regular expression ({e})") from None
 
 
 def _selected(file, extract, fusion_name, checked, passes, output, options, dump_to, split_input_file, short_form,
@@ -282,7 +305,7 @@ def _from_cache(cache: KernelCache, key: str, output: Path | None, dump_to: Path
 def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform, input_format, split_input_file,
           short_form, as_fusion, cache: KernelCache | None = None, quiet: bool = True, *,
           source: tuple[str, str] | None = None, result_key: str | None = None, checked: tuple | None = None,
-          jobs: int = 1, pass_re=None, overrides=None) -> None:
+          jobs: int = 1, pass_re=None, overrides=None, dump_indexing: str | None = None) -> None:
     from ..pipeline import run_pipeline
     stage_name, arch, chosen = checked or _check_flags(emit, passes, output, options.arch, platform, input_format,
                                                        dump_to)
@@ -310,7 +333,7 @@ def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform
         try:
             result = run_pipeline(module, options, emit=stage_name or ("hlo" if dump is None else None),
                                   dump_to=dump, module_index=i, cache=cache, jobs=jobs, progress=live,
-                                  overrides=overrides)
+                                  overrides=overrides, dump_indexing=dump_indexing)
         finally:
             if live is not None:
                 live.clear()

@@ -2,7 +2,9 @@
 
 For the ENTRY root and every fusion in ENTRY: the maps between each output and each operand,
 output→input and input→output, as de-duplicated sets (or "unknown"); as a whole, or one
-record at a time (``*_pieces``: ``--dump-to`` writes them as they are made).
+record at a time (``*_pieces``: ``--dump-to`` writes them as they are made). ``only``: a
+compiled regex; the subjects whose name it finds (``re.search``, as XLA's ``--xla_dump_*_re``)
+alone are reported (``--dump-indexing=REGEX``), the maps of the others never made.
 """
 from __future__ import annotations
 
@@ -19,6 +21,12 @@ def _subjects(module) -> list:
     if entry.root not in out:
         out.append(entry.root)
     return out
+
+
+def _selected(module, only=None) -> list:
+    """The subjects whose name ``only`` finds (all of them without it)."""
+    subjects = _subjects(module)
+    return subjects if only is None else [i for i in subjects if only.search(i.name)]
 
 
 def _iter_records(inst) -> Iterator[tuple[int, int, str, Entry]]:
@@ -61,9 +69,9 @@ def _nested(value, depth: int) -> str:
     return json.dumps(value, indent=1).replace("\n", "\n" + " " * depth)
 
 
-def indexing_report_json_pieces(module) -> Iterator[str]:
+def indexing_report_json_pieces(module, only=None) -> Iterator[str]:
     """``json.dumps(indexing_report_json(module), indent=1)`` in pieces, one record at a time."""
-    subjects = _subjects(module)
+    subjects = _selected(module, only)
     if not subjects:
         yield json.dumps({"instructions": []}, indent=1)
         return
@@ -83,9 +91,9 @@ def indexing_report_json_pieces(module) -> Iterator[str]:
     yield "\n ]\n}"
 
 
-def indexing_report_text_pieces(module) -> Iterator[str]:
+def indexing_report_text_pieces(module, only=None) -> Iterator[str]:
     """``indexing_report_text`` in pieces, one record at a time."""
-    for n, inst in enumerate(_subjects(module)):
+    for n, inst in enumerate(_selected(module, only)):
         yield ("\n" if n else "") + f"{inst.name} = {inst.opcode}\n"
         for i, k, d, e in _iter_records(inst):
             arrow = f"output {k} -> operand {i}" if d == "output_to_input" else f"operand {i} -> output {k}"
