@@ -313,3 +313,9 @@ def summary(result: PipelineResult) -> dict:
             "stages": list(result.artifacts), "skipped_stages": result.skipped,
             "stage_seconds": {k: round(v, 6) for k, v in result.module_seconds.items()},
             "cost_model": cost.summary_fields() if cost is not None else None}
+
+
+def fusions_plan(module: HloModule, options: CompileOptions | None = None) -> ModulePlan:
+    """The kernels ``hlo-compile`` makes of ``module`` (its ``fusions`` stage), whose names
+    ``--emit=fusions`` prints: what ``hlo.extract.resolve`` looks kernel names up in."""
+    return run_pipeline(module, options or CompileOptions(), emit="fusions").plan

@@ -15,6 +15,7 @@ from hlo_compile.hlo import parse_module
 from hlo_compile.hlo.extract import ExtractError, extract_instruction, find_instructions
 from hlo_compile.hlo.ir import clone_module
 from hlo_compile.hlo.rewrite import new_instruction
+from hlo_compile.pipeline import fusions_plan
 from hlo_compile.hlo.shape import Shape
 from hlo_compile.hlo.verifier import verify_module
 from hlo_compile.interpreter import evaluate_module
@@ -137,7 +138,7 @@ def _roundtrip(extracted):
 
 def _check_equal_inside(module, name: str, args, extract_name: str | None = None):
     operands, expected = _inside(module, name, args)
-    again = _roundtrip(extract_instruction(module, extract_name or name))
+    again = _roundtrip(extract_instruction(module, extract_name or name, plan_of=fusions_plan))
     assert again.entry.root.name == name
     assert len(again.entry.parameters) == len(operands)
     _same(evaluate_module(again, operands), expected)
@@ -198,10 +199,10 @@ def test_reduce_sort_while_and_fusion_carry_their_computations():
 
 def test_constants_stay_constants_and_a_repeated_operand_is_one_parameter():
     module = _calls_module()
-    again = _roundtrip(extract_instruction(module, "red"))
+    again = _roundtrip(extract_instruction(module, "red", plan_of=fusions_plan))
     assert [p.name for p in again.entry.parameters] == ["out"]
     assert again.entry.root.operands[1].opcode == "constant"
-    again = _roundtrip(extract_instruction(module, "sq"))
+    again = _roundtrip(extract_instruction(module, "sq", plan_of=fusions_plan))
     assert [p.name for p in again.entry.parameters] == ["neg"]
     # its control predecessor is not in the new module: dropped
     assert "control-predecessors" not in again.entry.root.attributes
@@ -211,9 +212,9 @@ def test_constants_stay_constants_and_a_repeated_operand_is_one_parameter():
 
 def test_an_instruction_of_a_called_computation_and_a_parameter():
     module = _calls_module()
-    again = _roundtrip(extract_instruction(module, "body/twice"))
+    again = _roundtrip(extract_instruction(module, "body/twice", plan_of=fusions_plan))
     assert again.entry.root.opcode == "add" and [p.name for p in again.entry.parameters] == ["v"]
-    again = _roundtrip(extract_instruction(module, "in"))
+    again = _roundtrip(extract_instruction(module, "in", plan_of=fusions_plan))
     assert again.entry.root.opcode == "parameter" and again.entry.root.parameter_number == 0
 
 
@@ -223,19 +224,19 @@ def test_a_kernel_name_resolves_through_the_plan():
     again = _check_equal_inside(module, "iota_reduce_fusion.1", args, extract_name="iota_reduce_fusion_1")
     assert again.entry.root.opcode == "fusion"
     # copy.12 is a copy in the input, wrapped as a fusion by our passes: the kernel's fusion
-    again = _roundtrip(extract_instruction(module, "copy_12"))
+    again = _roundtrip(extract_instruction(module, "copy_12", plan_of=fusions_plan))
     assert again.entry.root.opcode == "fusion" and again.entry.root.name == "copy.12"
     x = np.arange(8, dtype=np.float32).reshape(4, 2)
     _same(evaluate_module(again, [x]), x)
     # gelu: kernel 'fusion' is the fusion %fusion
     gelu = parse_module(GELU.read_text(), str(GELU))
-    assert _roundtrip(extract_instruction(gelu, "fusion")).entry.root.attr("calls").name == "fused_gelu"
+    assert _roundtrip(extract_instruction(gelu, "fusion", plan_of=fusions_plan)).entry.root.attr("calls").name == "fused_gelu"
 
 
 def test_a_missing_name_lists_near_names():
     module, _ = _kmeans()
     with pytest.raises(ExtractError) as e:
-        extract_instruction(module, "iota_reduce_fusn")
+        extract_instruction(module, "iota_reduce_fusn", plan_of=fusions_plan)
     message = e.value.message
     assert "no instruction or kernel named 'iota_reduce_fusn'" in message
     near = message.split("near names: ")[1].split(", ")
@@ -250,9 +251,9 @@ def test_an_ambiguous_name_asks_for_its_computation():
         "reduce(f32[8,16]{1,0} %e,", "reduce(f32[8,16]{1,0} %neg,")
     module = parse_module(text, "dup.hlo")
     with pytest.raises(ExtractError, match="COMPUTATION/NAME") as e:
-        extract_instruction(module, "neg")
+        extract_instruction(module, "neg", plan_of=fusions_plan)
     assert "main/neg" in e.value.message and "fused_reduce/neg" in e.value.message
-    assert _roundtrip(extract_instruction(module, "fused_reduce/neg")).entry.root.opcode == "exponential"
+    assert _roundtrip(extract_instruction(module, "fused_reduce/neg", plan_of=fusions_plan)).entry.root.opcode == "exponential"
 
 
 # ---- the command line -----------------------------------------------------------------------------

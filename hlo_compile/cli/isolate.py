@@ -162,13 +162,14 @@ def run_isolated(module, s, hooks: RunHooks, *, index: int | None = None, dump=N
     """``--isolate=NAME``: see the module docstring."""
     from ..hlo.collective_groups import world_of
     from ..hlo.extract import extract_instruction, resolve
+    from ..pipeline import fusions_plan
     from ..runtime import literals
     world = world_of(module, s.num_replicas, s.num_partitions)
     if world.size > 1:
         raise UserError(f"--isolate: module {module.name} runs on {world.size} participants; isolating one "
                         "instruction of an SPMD run is not supported yet (--isolate-instructions runs each "
                         "instruction alone on generated inputs)")
-    inst = resolve(module, s.isolate)
+    inst = resolve(module, s.isolate, plan_of=fusions_plan)
     if inst.opcode == "parameter":
         raise UserError(f"--isolate={s.isolate}: parameter {_where(inst)} is an input, it computes nothing to run "
                         "alone (as run_hlo_module's --isolate_instructions, which skips parameters)")

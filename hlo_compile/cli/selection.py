@@ -66,7 +66,8 @@ def extract_text(module, name: str, options: CompileOptions, short_form: bool = 
     from ..hlo import parse_module
     from ..hlo.errors import HloError
     from ..hlo.extract import ExtractError, extract_instruction
-    out = extract_instruction(module, name, options=options)
+    from ..pipeline import fusions_plan
+    out = extract_instruction(module, name, plan_of=lambda m: fusions_plan(m, options))
     text = out.to_text("short" if short_form else "long")
     try:
         parse_module(text, f"<{name} extracted>")
@@ -119,8 +120,9 @@ def _indexing_text(module, name: str, stage_name: str, options: CompileOptions) 
     """The maps of the fusion alone: those of the module extracted for it, whose only subject
     it is (the maps depend on its fused computation and operand shapes only)."""
     from ..hlo.extract import extract_instruction
+    from ..pipeline import fusions_plan
     from ..indexing.report import indexing_report_json_pieces, indexing_report_text_pieces
-    one = extract_instruction(module, name, options=options)
+    one = extract_instruction(module, name, plan_of=lambda m: fusions_plan(m, options))
     if stage_name == "indexing":
         return "".join(indexing_report_text_pieces(one))
     return "".join(indexing_report_json_pieces(one)) + "\n"

@@ -17,7 +17,9 @@ propagation flags, a schedule) is left out.
 ``name`` is an instruction's name (with or without ``%``; ``COMPUTATION/NAME`` where several
 computations have one so named) or, failing that, a kernel's name as ``hlo-compile`` prints
 it (``--emit=fusions``: ``fusion %fusion.3 -> kernel fusion_3``), looked up in the plan of the
-module (``kernel_names``: a fusion's kernel is named after it, made PTX-safe and unique). A
+module (``kernel_names``: a fusion's kernel is named after it, made PTX-safe and unique) that
+the caller passes, or makes with the ``plan_of`` it passes (the driver's
+``pipeline.fusions_plan``: this front-end module never imports the driver). A
 kernel whose fusion is a fusion of the input is extracted from the input; one whose fusion our
 passes made (an instruction wrapped or fused here) from the module after the passes, which is
 what the kernel computes. A name that is missing or ambiguous is an ``ExtractError`` listing up
@@ -26,7 +28,7 @@ to ten near names.
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from .errors import HloError
 from .ir import (HloComputation, HloInstruction, HloModule, called_closure, clone_computation, clone_instruction,
@@ -35,7 +37,6 @@ from .rewrite import CONTROL_PREDECESSORS, NameScope, new_instruction
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..codegen.compiler import KernelPlan, ModulePlan
-    from ..options import CompileOptions
 
 # Header attributes that stay true of one instruction taken out (the others describe the
 # whole module's parameters and outputs, or its schedule).
@@ -108,14 +109,6 @@ def kernel_not_found(name: str, plan: ModulePlan) -> ExtractError:
     return ExtractError(msg)
 
 
-def module_plan(module: HloModule, options: CompileOptions | None = None) -> ModulePlan:
-    """The kernels ``hlo-compile`` makes of ``module`` (its ``fusions`` stage), whose names
-    ``--emit=fusions`` prints."""
-    from ..options import CompileOptions
-    from ..pipeline import run_pipeline
-    return run_pipeline(module, options or CompileOptions(), emit="fusions").plan
-
-
 def find_kernel(plan: ModulePlan, name: str) -> KernelPlan | None:
     """The plan of the fusion named ``name`` (``%`` optional), else of the kernel so named (the
     fusion that emits it, not one reusing it); None if neither."""
@@ -129,19 +122,21 @@ def find_kernel(plan: ModulePlan, name: str) -> KernelPlan | None:
     return None
 
 
-def resolve(module: HloModule, name: str, *, options: CompileOptions | None = None,
-            plan: ModulePlan | None = None) -> HloInstruction:
+def resolve(module: HloModule, name: str, *, plan: ModulePlan | None = None,
+            plan_of: Callable[[HloModule], ModulePlan] | None = None) -> HloInstruction:
     """The instruction ``name`` names in ``module``, or the fusion of the kernel it names in
-    ``plan`` (made from ``module`` with ``options`` when not given) — see the module docstring."""
+    ``plan`` (``plan_of(module)`` when not given: the driver's planning, e.g.
+    ``pipeline.fusions_plan``, passed in so that this front-end module never imports the
+    driver; without either, kernel names are not resolved) — see the module docstring."""
     found = find_instructions(module, name)
     if len(found) == 1:
         return found[0]
     if len(found) > 1:
         raise _ambiguous(name, found)
     why = None
-    if plan is None and "/" not in name:
+    if plan is None and plan_of is not None and "/" not in name:
         try:
-            plan = module_plan(module, options)
+            plan = plan_of(module)
         except HloError as e:
             why = e.message
     k = find_kernel(plan, name) if plan is not None and "/" not in name else None
@@ -229,14 +224,14 @@ def extract(inst: HloInstruction, module: HloModule | None = None, *, keep_const
                      module.stack_frames if module is not None else "", True)
 
 
-def extract_instruction(module: HloModule, name: str, *, options: CompileOptions | None = None,
-                        plan: ModulePlan | None = None, keep_constants: bool = True,
+def extract_instruction(module: HloModule, name: str, *, plan: ModulePlan | None = None,
+                        plan_of: Callable[[HloModule], ModulePlan] | None = None, keep_constants: bool = True,
                         verify: bool = True) -> HloModule:
     """The module computing just the instruction (or kernel's fusion) ``name`` of ``module``;
-    ``options`` and ``plan`` as for ``resolve``. With ``verify``, the new module is checked
+    ``plan`` and ``plan_of`` as for ``resolve``. With ``verify``, the new module is checked
     (``verifier.verify_module``): an instruction that cannot stand alone (``async-done``
     without its start...) is an ``ExtractError`` saying why."""
-    inst = resolve(module, name, options=options, plan=plan)
+    inst = resolve(module, name, plan=plan, plan_of=plan_of)
     owner = inst.parent.parent if inst.parent is not None else module
     out = extract(inst, owner, keep_constants=keep_constants)
     if verify:
