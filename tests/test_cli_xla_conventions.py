@@ -474,7 +474,8 @@ def test_hlo_run_refuses_before_allocating(monkeypatch, tmp_path):
     _assert_one_format(r.output)
 
 
-def test_memory_need_counts_inputs_outputs_and_the_largest_temporary():
+def test_memory_estimate_counts_inputs_and_the_values_live_together():
+    from hlo_compile.runtime.memory_estimate import RunRequest, check_run, estimate_run, interpreter_live_peak
     m = hlo_compile.parse_module("""HloModule m
 add {
   x = f32[] parameter(0)
@@ -487,10 +488,10 @@ ENTRY e {
   z = f32[] constant(0)
   ROOT r = f32[1000] reduce(b, z), dimensions={1}, to_apply=add
 }""")
-    need = literals.memory_need(m, generated_inputs=False)
-    assert (need.inputs, need.outputs, need.temporary, need.temporary_name) == (4000, 4000, 40000, "b")
-    with pytest.raises(HloError, match=r"needs at least 46.9 KiB .*largest temporary 39.1 KiB \(b\)\); 1000 B are available"):
-        literals.check_memory(m, generated_inputs=False, available=1000)
+    assert estimate_run(m, RunRequest(), generated_inputs=False).inputs == 4000
+    assert interpreter_live_peak(m.entry) == 4000 + 40000  # p and b live together, b the largest
+    with pytest.raises(HloError, match=r"m: the run needs about .*; 1000 B are available"):
+        check_run(m, RunRequest(), generated_inputs=False, available=lambda: 1000)
 
 
 # ---- 5. errors ----------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from hlo_compile import parse_module
 from hlo_compile.interpreter import evaluate_module
 from hlo_compile.options import CompileOptions
 from hlo_compile.passes.tuple_copies import expand_tuple_copies
-from hlo_compile.runtime import compare, literals
+from hlo_compile.runtime import compare, literals, memory_estimate
 from hlo_compile.runtime.executable import compile_executable
 
 FUSION = [pytest.param(True, id="fused"), pytest.param(False, id="no-fusion")]
@@ -102,7 +102,7 @@ def test_unbounded_dynamic_shape_refused_by_name_and_line():
     from hlo_compile.hlo import HloUnsupportedError
     module = parse_module(UNBOUNDED)
     for refuse in (lambda: plan_module(module, CompileOptions()), lambda: evaluate_module(module, [None]),
-                   lambda: literals.check_memory(module)):
+                   lambda: memory_estimate.check_run(module, memory_estimate.RunRequest())):
         with pytest.raises(HloUnsupportedError, match=r"parameter 'a' has the unbounded dynamic shape f32\[\?\]") as e:
             refuse()
         assert e.value.location.line == 3

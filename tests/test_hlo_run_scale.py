@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 import hlo_compile
 from hlo_compile.cli import run_watch
-from hlo_compile.cli.common import UserError
+from hlo_compile.cli.common import error_text
+from hlo_compile.hlo.errors import HloError
 from hlo_compile.cli.run import main
 from hlo_compile.runtime import literals, memory_estimate
 from hlo_compile.runtime.memory_estimate import RunRequest, check_run, estimate_run, interpreter_live_peak
@@ -152,10 +153,12 @@ def test_parse_limit():
 
 def test_check_run_refuses_with_the_flags_that_help():
     m = hlo_compile.parse_module(SIZED)
-    with pytest.raises(UserError, match=r"needs about .*; 1000 B are available \(MemAvailable\); try "
-                                        r"--reference=none") as e:
+    with pytest.raises(HloError, match=r"needs about .*; 1000 B are available \(MemAvailable\); try "
+                                       r"--reference=none") as e:
         check_run(m, RunRequest("host", "interpreter"), available=lambda: 1000)
-    assert e.value.code == 2 and "--memory-limit=none" in str(e.value)
+    # one line in hlo-run's error format (the CLI exits 2 on it: test_refusal_with_a_small_memory_limit)
+    assert error_text("hlo-run", e.value).startswith(f"hlo-run: error: {m.name}: the run needs about ")
+    assert "--memory-limit=none" in str(e.value) and "\n" not in str(e.value)
     assert check_run(m, RunRequest("host", "interpreter"), None).total > 0  # none: no check
 
 

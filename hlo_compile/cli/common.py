@@ -144,6 +144,14 @@ def error_text(prog: str, e: BaseException) -> str:
     return f"{prog}: error: {e}"
 
 
+def stderr_is_tty() -> bool:
+    """Whether stderr is a terminal: where the live progress lines of both tools are drawn."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def echo_error(prog: str, e: BaseException) -> None:
     click.echo(error_text(prog, e), err=True)
 

@@ -22,7 +22,7 @@ from ..kernel_cache import KernelCache, default_cache_dir, pack, result_key, unp
 from ..options import CompileOptions
 from ..pipeline import STAGE_ALIASES, STAGES, UNAVAILABLE_STAGES, stage
 from . import common
-from .common import EXIT_ERROR, STDIN, UserError
+from .common import EXIT_ERROR, STDIN, UserError, stderr_is_tty
 
 PROG = "hlo-compile"
 
@@ -396,13 +396,6 @@ def default_jobs() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
-
-
-def stderr_is_tty() -> bool:
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 class Progress:

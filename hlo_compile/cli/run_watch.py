@@ -27,7 +27,7 @@ from contextlib import contextmanager
 import click
 import numpy as np
 
-from .common import UserError
+from .common import UserError, stderr_is_tty
 
 PROG = "hlo-run"
 EXIT_TIMEOUT = 124
@@ -40,18 +40,11 @@ class RunTimeout(BaseException):
     swallows it."""
 
 
-def _stderr_is_tty() -> bool:
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
 class Phase:
     """The phase of the run now, and its live line on a terminal."""
 
     def __init__(self, live: bool | None = None):
-        self.live = _stderr_is_tty() if live is None else live
+        self.live = stderr_is_tty() if live is None else live
         self.module = ""
         self.name = "start"
         self.start = time.perf_counter()

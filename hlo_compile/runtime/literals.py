@@ -10,7 +10,6 @@ when present, else the shared ``arg{i}``, and writes ``p{k}.out{j}``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -21,8 +20,6 @@ from ..hlo.element_types import element_type
 from ..hlo.errors import HloError
 from ..hlo.ir import HloComputation, HloModule
 from ..hlo.shape import Shape
-from ..hlo.sizes import available_memory, format_bytes, shape_bytes
-from ..hlo.unbounded import refuse_unbounded_dimensions
 
 FLOAT_RANGE = (-0.1, 0.2)  # run_hlo_module's default range for random float inputs
 
@@ -285,61 +282,6 @@ def zero_inputs(module: HloModule) -> list[Any]:
             return None
         return np.zeros(tuple(shape.dimensions), dtype=numpy_dtype(shape.element_type))
     return [make(p.shape) for p in module.entry.parameters]
-
-
-# ---- memory: refuse before allocating ---------------------------------------------------------
-
-_ALIASES = {"parameter", "tuple", "get-tuple-element", "bitcast"}  # no buffer of their own
-
-
-@dataclass(frozen=True)
-class MemoryNeed:
-    """What a run needs at least, in bytes of host memory."""
-
-    inputs: int
-    outputs: int
-    temporary: int           # the largest single value computed on the way (or generated input)
-    temporary_name: str = ""
-
-    @property
-    def total(self) -> int:
-        return self.inputs + self.outputs + self.temporary
-
-
-def memory_need(module: HloModule, *, generated_inputs: bool = True) -> MemoryNeed:
-    """A lower bound of the host memory a run of ``module`` takes: its inputs, its outputs and
-    the largest value computed by any instruction (or one chunk's draws of generated inputs).
-    hlo-run estimates more closely: ``memory_estimate``."""
-    inputs = sum(shape_bytes(p.shape) for p in module.entry.parameters)
-    root = module.entry.root
-    outputs = 0 if root.opcode == "parameter" else shape_bytes(root.shape)
-    temporary, name = 0, ""
-    for comp in module.computations:
-        for inst in comp.instructions:
-            if inst.opcode in _ALIASES or inst is module.entry.root:
-                continue
-            size = shape_bytes(inst.shape)
-            if size > temporary:
-                temporary, name = size, inst.name
-    if generated_inputs and GENERATION_TEMPORARY_BYTES > temporary:  # one chunk's draws (_fill)
-        temporary, name = GENERATION_TEMPORARY_BYTES, "generated inputs' draws"
-    return MemoryNeed(inputs, outputs, temporary, name)
-
-
-def check_memory(module: HloModule, *, generated_inputs: bool = True, available: int | None = None) -> MemoryNeed:
-    """Raise an ``HloError`` saying what a run of ``module`` needs and what there is, when it
-    cannot fit in the host memory available now; before anything is allocated. A module with
-    unbounded dynamic dimensions (``?``) has no size and is refused."""
-    refuse_unbounded_dimensions(module, "run")
-    need = memory_need(module, generated_inputs=generated_inputs)
-    free = available_memory() if available is None else available
-    if free is not None and need.total > free:
-        temp = f", largest temporary {format_bytes(need.temporary)}" + (
-            f" ({need.temporary_name})" if need.temporary_name else "")
-        raise HloError(f"{module.name}: needs at least {format_bytes(need.total)} of host memory (inputs "
-                       f"{format_bytes(need.inputs)}, outputs {format_bytes(need.outputs)}{temp}); "
-                       f"{format_bytes(free)} are available")
-    return need
 
 
 def iter_leaves(value: Any) -> Iterator[np.ndarray]:

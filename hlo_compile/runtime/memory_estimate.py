@@ -22,7 +22,7 @@ A run holds, at its peak:
 SPMD runs on the interpreter or the host run every participant at once (one thread each):
 their work is counted once per participant.
 
-``estimate_run`` gives the parts and the total; ``check_run`` refuses (``UserError``, exit 2)
+``estimate_run`` gives the parts and the total; ``check_run`` refuses (``HloError``: hlo-run prints it, exit 2)
 when the total exceeds the limit, naming the flags that would make it fit.
 """
 from __future__ import annotations
@@ -207,10 +207,10 @@ def _remedies(module: HloModule, request: RunRequest, total: int, generated_inpu
 
 def check_run(module: HloModule, request: RunRequest, limit: int | str | None = "auto", *,
               generated_inputs: bool = True, available=None) -> MemoryEstimate:
-    """The estimate of the run; raises ``UserError`` (exit 2) when it exceeds ``limit``
+    """The estimate of the run; raises ``HloError`` (exit 2) when it exceeds ``limit``
     (``auto``: the memory available now; an int: bytes; None: never). ``available``: a
     stand-in for ``available_memory`` (tests)."""
-    from ..cli.common import UserError
+    from ..hlo.errors import HloError
     from ..hlo.unbounded import refuse_unbounded_dimensions
     refuse_unbounded_dimensions(module, "run")
     est = estimate_run(module, request, generated_inputs=generated_inputs)
@@ -226,7 +226,7 @@ def check_run(module: HloModule, request: RunRequest, limit: int | str | None = 
     if est.total > free:
         fixes = _remedies(module, request, est.total, generated_inputs)
         helps = f"; try {', '.join(fixes)}" if fixes else ""
-        raise UserError(f"{module.name}: the run needs about {format_bytes(est.total)} of host memory "
+        raise HloError(f"{module.name}: the run needs about {format_bytes(est.total)} of host memory "
                         f"({est.describe()}); {format_bytes(free)} {'are' if limit == 'auto' else 'is'} {what}"
                         f"{helps}; --memory-limit=none runs it anyway")
     return est
