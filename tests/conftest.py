@@ -44,3 +44,9 @@ def _compile_cache_in_tmp(tmp_path_factory, monkeypatch):
     """The compile cache of every test in a temporary folder of its own (each test starts
     cold), never the user's home."""
     monkeypatch.setenv("HLO_COMPILE_CACHE_DIR", str(tmp_path_factory.mktemp("hlo-compile-cache")))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The ``slow`` tests first (a stable sort; the same order on every xdist worker): under
+    ``-n``, they start at once on different workers instead of one of them ending the run alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -58,6 +58,7 @@ def _check(files: list[Path]) -> None:
     assert not failures, f"{len(failures)} of {len(files)} corpus files fail internally:\n" + "\n".join(failures)
 
 
+@pytest.mark.slow
 def test_corpus_compiles_or_refuses(corpus: Path):
     files = _modules(corpus, large=False)
     assert files, f"no .hlo file under {corpus}"

@@ -3,6 +3,7 @@ through every step up to the first call that needs a GPU, so packaging, imports,
 test collection fail here, in CI, and not in a session's few minutes of device time."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -15,11 +16,20 @@ RUN = ROOT / "bench" / "device" / "run.sh"
 STEPS = ("smoke", "tests", "families", "sanitizer", "libraries", "bench")
 
 
+def _env(tmp_path: Path) -> dict:
+    """run.sh's scratch files (site, compile cache, the smoke PTX) under ``$TMPDIR``: this test's own
+    folder, not fixed paths in /tmp that a parallel test or another checkout also writes."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(exist_ok=True)
+    return dict(os.environ, TMPDIR=str(scratch))
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
 def test_dry_run_goes_through_every_step(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = subprocess.run(["bash", str(RUN), "--dry-run", "--out", str(out)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(["bash", str(RUN), "--dry-run", "--out", str(out)], cwd=ROOT, env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=600)
     summary = (out / "summary.txt").read_text()
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
     assert "failed: none" in summary
@@ -37,9 +47,9 @@ def test_dry_run_goes_through_every_step(tmp_path: Path) -> None:
 
 
 def test_unknown_arguments_and_steps_are_refused(tmp_path: Path) -> None:
-    proc = subprocess.run(["bash", str(RUN), "--dry-run", "--frobnicate"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(["bash", str(RUN), "--dry-run", "--frobnicate"], cwd=ROOT, env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "unknown argument '--frobnicate'" in proc.stderr
     proc = subprocess.run(["bash", str(RUN), "--dry-run", "--steps", "smok", "--out", str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+                          env=_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "unknown step 'smok'" in (tmp_path / "summary.txt").read_text()

@@ -437,6 +437,7 @@ def test_no_transcendental_intrinsics_and_ir_verifies() -> None:
     assert covered == SCALAR_OPCODES - {"atan"}, SCALAR_OPCODES - covered
 
 
+@pytest.mark.slow
 def test_every_case_lowers_to_ptx(tmp_path: Path) -> None:
     """All IR cases (f16/bf16 included) through the NVPTX backend at O3 for sm_80, in a
     subprocess because LLVM aborts the process on what it cannot select; then ptxas when

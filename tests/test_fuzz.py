@@ -36,6 +36,7 @@ CI_CONFIG = FuzzConfig(max_ops=8, without=frozenset({"rng-bit-generator"}))
 
 # ---- the campaign CI runs ---------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_fixed_seed_campaign_finds_no_mismatch_or_crash():
     from hlo_compile.fuzz.campaign import run_campaign
     report = run_campaign(CI_COUNT, CI_SEED, jobs=2, cfg=CI_CONFIG, timeout=120, shrink=0, log=lambda s: None)
@@ -345,6 +346,7 @@ def _run(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_command_line_campaign_and_bench_forwarding(tmp_path):
     proc = _run("-m", "hlo_compile.fuzz", "--count", "3", "--seed", "5", "--jobs", "1", "--shrink", "0",
                 "--out", str(tmp_path / "f"))

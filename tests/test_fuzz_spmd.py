@@ -54,6 +54,7 @@ def test_every_participant_gets_its_own_inputs():
     assert np.array_equal(make_inputs(m, 7, participant=2)[0], args[2])  # deterministic
 
 
+@pytest.mark.slow
 def test_small_spmd_campaign_has_no_mismatch():
     report = run_campaign(20, seed=500, jobs=2, cfg=SPMD, shrink=0, log=lambda s: None, timeout=300)
     assert report.count == 20 and not report.invalid, report.summary()

@@ -22,7 +22,7 @@ import pytest
 
 from hlo_compile import parse_module
 from hlo_compile.options import CompileOptions
-from hlo_compile.runtime import compare, literals
+from hlo_compile.runtime import literals
 from hlo_compile.runtime.executable import compile_executable
 
 from bench import catalog

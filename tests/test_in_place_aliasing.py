@@ -166,7 +166,7 @@ ENTRY e {
 def _args(module, seed=0):
     args = literals.random_inputs(module, seed)
     rng = np.random.default_rng(seed)
-    for k, p in enumerate(module.entry.parameters):
+    for p in module.entry.parameters:
         if p.shape.is_array and p.shape.element_type == "s32":  # in-range starts and indices
             args[p.parameter_number] = rng.integers(0, 8, p.shape.dimensions).astype(np.int32)
         elif p.shape.is_array and p.shape.element_type == "f32":  # exact sums in any order

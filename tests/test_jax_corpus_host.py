@@ -43,7 +43,16 @@ def _reordered_sums(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.allclose(a.astype(np.float64), b.astype(np.float64), rtol=1e-5, atol=1e-6, equal_nan=True))
 
 
-@pytest.mark.parametrize("case,hlo", _cases())
+# the cases that take 10 s or more on the host (marked slow: ``-m "not slow"`` leaves them out)
+SLOW_CASES = frozenset({"large_softmax_f32", "ew_special_f32", "fused_attention_f32"})
+
+
+def _host_cases() -> list:
+    return [pytest.param(*p.values, id=p.id, marks=[*p.marks, pytest.mark.slow] if p.values[0] in SLOW_CASES
+                         else p.marks) for p in _cases()]
+
+
+@pytest.mark.parametrize("case,hlo", _host_cases())
 def test_jax_case_on_host(corpus, case, hlo):
     if case is None or not (corpus / "jax").is_dir():
         pytest.skip("no JAX corpus")

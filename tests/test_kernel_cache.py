@@ -71,7 +71,7 @@ def test_tests_never_write_the_users_cache():
     assert not Path(os.environ["HLO_COMPILE_CACHE_DIR"]).resolve().is_relative_to(Path.home() / ".cache")
 
 
-def _ptx_run(cache, options=CompileOptions()):
+def _ptx_run(cache, options=CompileOptions()):  # noqa: B008 - frozen, shared on purpose
     pytest.importorskip("llvmlite")
     try:
         from hlo_compile.targets.nvptx.toolkit import find_libdevice

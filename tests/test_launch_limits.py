@@ -147,6 +147,7 @@ def _check_file(path: Path, arch: str) -> tuple[list[str], int]:
     return out, len(kernels)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_jax_corpus_kernels_fit_the_device(arch):
     _ptxas()
@@ -161,6 +162,7 @@ def test_jax_corpus_kernels_fit_the_device(arch):
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_xla_corpus_sample_fits_the_device(arch):
     _ptxas()

@@ -20,6 +20,10 @@ from hlo_compile.runtime.executable import compile_executable
 DATA = Path(__file__).resolve().parent / "data" / "models"
 FORMS = ("unoptimized.hlo", "optimized_cpu.hlo")
 PLATFORMS = ("interpreter", "host")
+# the cases that take 10 s or more on the host (marked slow: ``-m "not slow"`` leaves them out)
+SLOW_ON_HOST = frozenset({"flax_transformer_lm_adamw", "lax_associative_scan_ssm", "stax_resnet_adam",
+                          "wavenet_dilated_conv1d", "random_threefry_sampling", "moe_top2_router",
+                          "flax_cnn_batchnorm_sgd"})
 
 
 def _case_names() -> list[str]:
@@ -32,7 +36,8 @@ def _params() -> list:
     names = _case_names()
     if not names:
         return [pytest.param(None, None, None, id="no-model-corpus")]
-    return [pytest.param(n, form, platform, id=f"{n}/{form}/{platform}")
+    return [pytest.param(n, form, platform, id=f"{n}/{form}/{platform}",
+                         marks=[pytest.mark.slow] if platform == "host" and n in SLOW_ON_HOST else [])
             for n in names for form in FORMS for platform in PLATFORMS]
 
 

@@ -85,6 +85,7 @@ def test_roundtrip_files_print_back_byte_identical(corpus: Path) -> None:
     assert not differ, f"{len(differ)} files print differently: {differ}"
 
 
+@pytest.mark.slow
 def test_printing_reaches_a_fixpoint(corpus: Path) -> None:
     files = _valid_files(corpus) + sorted((corpus / "jax").glob("*/*.hlo"))
     not_fixed = []

@@ -57,6 +57,7 @@ def _check_records(text: str) -> tuple[bool, str | None]:
     return True, None
 
 
+@pytest.mark.slow
 def test_fast_path_gives_lark_records_on_the_whole_corpus(corpus: Path) -> None:
     problems, accepted = [], 0
     for f in _corpus_files(corpus):
@@ -107,6 +108,7 @@ def _outcome(text: str, name: str, fast: bool):
         return (type(e).__name__, str(e))
 
 
+@pytest.mark.slow
 def test_parse_modules_is_the_same_both_ways(corpus: Path) -> None:
     """Modules (printed text, instructions, attributes, locations) and errors, with and without
     the fast path, on every corpus file, valid or not."""

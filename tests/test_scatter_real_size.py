@@ -145,6 +145,7 @@ def _host_matches(text: str, args=None, tolerance=(1e-5, 1e-5)) -> None:
         np.testing.assert_array_equal(a, k)   # the inputs are not written
 
 
+@pytest.mark.slow
 def test_embedding_gradient_full_size():
     """f32[32000,4096] operand, s32[8192,1] indices, f32[8192,4096] updates: about 11 s on
     host (9 s for the kernels), atomics in any order: within 1e-5."""

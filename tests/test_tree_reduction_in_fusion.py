@@ -326,6 +326,7 @@ def test_loss_after_log_softmax():
     _host_matches(text, (1e-5, 1e-4))
 
 
+@pytest.mark.slow
 def test_loss_at_full_size_on_host():
     """The loss at its real size (8192 x 32000, 262,144,000 products; about 16 s on host, the
     three kernels 32000 x 8192 -> 128 x 250 -> 128): within 1e-5 of the float64 sum (measured

@@ -53,9 +53,10 @@ def _too_big(module) -> bool:
 
 
 def _free_elements(dot) -> int:
-    dn = dot.attr("dot_dimension_numbers", None)
+    """The lhs elements outside its contracting dimensions (kept in the ``lhs_contracting_dims``
+    attribute, read through ``HloInstruction.dot_dimension_numbers``)."""
     lhs = dot.operands[0].shape.dimensions
-    contracting = set(getattr(dn, "lhs_contracting_dimensions", ()) or ())
+    contracting = set(dot.dot_dimension_numbers.lhs_contracting_dimensions)
     n = 1
     for i, d in enumerate(lhs):
         if i not in contracting:
@@ -63,6 +64,27 @@ def _free_elements(dot) -> int:
     return n
 
 
+def test_max_flops_guard_fires_for_a_large_dot():
+    """A [1024,2048] x [2048,1024] dot is 4.3e9 flops (no array over MAX_ELEMENTS): compiled
+    only, not run on the host; the same dot with a contracting dimension of 1 runs."""
+    from hlo_compile.hlo.parser import parse_module
+
+    def dot(m, k, n):
+        return parse_module(f"""HloModule d
+ENTRY e {{
+  a = f32[{m},{k}] parameter(0)
+  b = f32[{k},{n}] parameter(1)
+  ROOT d = f32[{m},{n}] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+""")
+
+    big = dot(1024, 2048, 1024)
+    assert _free_elements(big.entry.root) == 1024
+    assert _too_big(big)
+    assert not _too_big(dot(1024, 1, 1024))
+
+
+@pytest.mark.slow
 def test_xla_gpu_modules_with_library_calls_and_custom_fusions_run_on_host(corpus):
     files = _files(corpus)
     assert files, "no corpus module holds a library call or a kCustom fusion"

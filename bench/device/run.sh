@@ -74,7 +74,7 @@ travel_mib() {
 }
 
 install() {
-    local site=/tmp/hlo-site rc=0
+    local site=${TMPDIR:-/tmp}/hlo-site rc=0
     say "== install ($( [ $DRY = 1 ] && echo dry run || echo GPU machine ))"
     if [ $DRY = 1 ]; then   # measured before it travels (the GPU machine's copy is no checkout)
         local mib; mib=$(travel_mib)
@@ -108,7 +108,7 @@ install() {
     fi
     [ -d .whl/shared/corpus ] && export HLO_CORPUS=$repo/.whl/shared/corpus
     [ -f .whl/shared/tools/xla_ref.py ] && export HLO_XLA_REF=$repo/.whl/shared/tools/xla_ref.py
-    export PYTHONUNBUFFERED=1 HLO_COMPILE_CACHE_DIR=/tmp/hlo-cache
+    export PYTHONUNBUFFERED=1 HLO_COMPILE_CACHE_DIR=${TMPDIR:-/tmp}/hlo-cache
     say "PYTHONPATH=$PYTHONPATH"
     say "CUDA_HOME=${CUDA_HOME:-} HLO_COMPILE_CUDA_HOME=${HLO_COMPILE_CUDA_HOME:-} HLO_CORPUS=${HLO_CORPUS:-} HLO_XLA_REF=${HLO_XLA_REF:-}"
     [ $rc = 0 ] || FAILED+=(install)
@@ -186,8 +186,8 @@ collect() {  # dry run: the tests a pytest step would run; fails when a file col
 step_smoke() {
     if [ $DRY = 1 ]; then
         run_step smoke "${LIMIT[smoke]}" bash -c \
-            'python3 -m hlo_compile.cli.compile examples/gelu.hlo --emit=ptx --arch sm_90 --no-cache -q -o /tmp/hlo-dry-gelu.ptx \
-             && grep -c "^.entry\|^.visible .entry" /tmp/hlo-dry-gelu.ptx \
+            'python3 -m hlo_compile.cli.compile examples/gelu.hlo --emit=ptx --arch sm_90 --no-cache -q -o ${TMPDIR:-/tmp}/hlo-dry-gelu.ptx \
+             && grep -c "^.entry\|^.visible .entry" ${TMPDIR:-/tmp}/hlo-dry-gelu.ptx \
              && python3 -m hlo_compile.cli.run examples/gelu.hlo --platform=host'
         return
     fi

@@ -160,8 +160,18 @@ def note(prog: str, message: str) -> None:
     click.echo(f"{prog}: note: {message}", err=True)
 
 
+TRACEBACK_ENV = "HLO_COMPILE_TRACEBACK"
+
+
+def traceback_wanted() -> bool:
+    """``HLO_COMPILE_TRACEBACK=1``: internal errors (the ``bug_text`` cases) are re-raised with
+    their traceback instead of folded into one line."""
+    return os.environ.get(TRACEBACK_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
 def bug_text(prog: str, what: str, e: BaseException) -> str:
-    """A failure of ours that no input should cause: still one line, never a traceback."""
+    """A failure of ours that no input should cause: still one line, never a traceback (unless
+    ``traceback_wanted()``: the callers re-raise then)."""
     return (f"{prog}: error: {what}: unexpected failure ({type(e).__name__}: {e}); this is a bug in "
             f"{prog}, please report it with the input and the command line")
 

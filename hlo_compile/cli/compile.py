@@ -189,7 +189,9 @@ def main(file: str, dump_to: Path | None, emit: str | None, passes: str | None, 
         sys.exit(130)
     except (MemoryError, RecursionError, ValueError, KeyError, IndexError, TypeError, NotImplementedError,
             ArithmeticError, AssertionError, AttributeError, RuntimeError, OSError) as e:
-        # a case the compiler does not handle: still a message, never a traceback
+        # a case the compiler does not handle: still a message, never a traceback (unless asked for)
+        if common.traceback_wanted():
+            raise
         click.echo(common.bug_text(PROG, f"compiling {file}", e), err=True)
         sys.exit(EXIT_ERROR)
 

@@ -589,6 +589,8 @@ def _guarded_run(module, s: RunSettings, index: int | None, dump: DumpDirectory 
     except (RecursionError, ValueError, KeyError, IndexError, TypeError, NotImplementedError, ArithmeticError,
             AssertionError, AttributeError, RuntimeError, OSError) as e:
         # an input the front end let through but the platform cannot handle: still no traceback
+        if common.traceback_wanted():  # unless asked for
+            raise
         click.echo(common.bug_text(PROG, f"running {module.name} from {path}", e), err=True)
         return EXIT_ERROR
 

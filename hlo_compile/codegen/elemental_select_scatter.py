@@ -59,7 +59,7 @@ def _select_and_scatter(fe, inst: HloInstruction, index):
             valid = kb.all_of(conds)
             if first:
                 with fe.scope():
-                    v = fe.branch(valid, lambda: fe.value(operand, q), lambda: ir.Constant(t, 0))
+                    v = fe.branch(valid, lambda: fe.value(operand, q), lambda: ir.Constant(t, 0))  # noqa: B023 - called here
                 b.store(v, cur_v)
                 b.store(b.select(valid, _row_major(kb, q, dims), kb.index(-1)), cur_i)
                 b.store(valid, cur_ok)

@@ -126,7 +126,7 @@ class _Reader:
         order = self.fast.lexer_order(accepted)
         ignored = self.fast.ignored
         while pos < len(text):
-            for name, regex in order:
+            for name, regex in order:  # noqa: B007 - `name` is read after the loop
                 m = regex.match(text, pos)
                 if m is not None:
                     break

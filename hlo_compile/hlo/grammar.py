@@ -64,7 +64,7 @@ def placeholder_regexes() -> dict[str, str]:
         "INSTR_HEAD": rf"\s*+(?:ROOT\s++)?{_NAME}\s*=\s*{SHAPE_RE}\s*(?!constant\b){_OPCODE}\(",
         # A list of plain operands (names, optionally with shapes) and the closing ')'.
         "OPERANDS": rf"\s*(?:{item}\s*(?:,\s*{item}\s*)*+)?\)",
-        "ATTRIBUTE": rf"\s*+,\s*[A-Za-z_][A-Za-z0-9_.\-]*=\s*" + value,
+        "ATTRIBUTE": r"\s*+,\s*[A-Za-z_][A-Za-z0-9_.\-]*=\s*" + value,
         # XLA's stack-frame tables: four keyword-headed sections of `id "string"` or
         # `id {fields}` lines, kept verbatim.
         "STACK_FRAMES": r"FileNames(?:\s++(?:\d+\s++(?:" + _STRING + r"|\{[^{}]*+\})|FunctionNames\b|FileLocations\b|StackFrames\b))*+",

@@ -364,7 +364,7 @@ class _ModuleBuilder:
                               literal_text=call.constant_text, parameter_number=param_number,
                               location=self.lines.location(body.pos if not is_top else comp.name_pos))
         inst.declared_operand_shapes = declared
-        for i, (op, d) in enumerate(zip(operands, declared)):
+        for op, d in zip(operands, declared):
             if d is not None and d is not op.shape and not d.compatible(op.shape):  # shapes are memoized
                 raise self.error(f"The declared operand shape {d} is not compatible with the shape of the "
                                  f"operand instruction {op.shape}.", call.pos)

@@ -110,7 +110,7 @@ def _slice(ev, inst, ops):
 
 def _clamped_starts(inst, index_ops, operand_dims, sizes) -> list[int]:
     starts = []
-    for i, (v, dim, size) in enumerate(zip(index_ops, operand_dims, sizes)):
+    for v, dim, size in zip(index_ops, operand_dims, sizes):
         s = int(np.asarray(v).reshape(()))  # python int: no overflow for u64 values
         starts.append(min(max(s, 0), dim - size))
     return starts

@@ -88,7 +88,7 @@ def row_geometry(rd: ReductionDimensions, vector_size_fn: VectorSizeFn,
                  analysis: FusionAnalysis | None = None) -> dict:
     """XLA's row reduction launch: reducing threads, kept-row threads, vector size, tile."""
     _, y, x = rd.dimensions
-    nr = min(1024, -(-(-(-x // 16)) // WARP) * WARP)
+    nr = min(1024, -((-x // 16) // WARP) * WARP)  # ceil(ceil(x / 16) / WARP) warps
     nk = 1
     if 2 * nr <= 256:
         nk = y if y * nr <= 256 else 256 // nr
