@@ -1,5 +1,7 @@
 """python -m bench [--suite gpu|cpu|all] [--json OUT] [--chart OUT.png] [--quick] [--only NAME ...]
    python -m bench --fuzz N [--seed S] [--jobs J] [--out DIR] [--xla]   (the differential fuzzer)
+   python -m bench --xla-gpu-corpus DIR... [--jobs J] [--json F]         (XLA:GPU's modules end to end)
+   python -m bench --xla-parity DIR... [--json F]                        (our kernels beside XLA:GPU's)
 
 Runs the GPU suite (``bench/gpu_suite.py``: every module of ``bench/modules`` on the GPU, against
 the device-to-device copy roofline and XLA) and the CPU suite (``bench/cpu_suite.py``: parse
@@ -11,6 +13,7 @@ status is 0 unless a suite could not run at all.
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
 import json
 import platform
@@ -110,7 +113,19 @@ def write_chart(report: dict, path: Path) -> str:
     return f"wrote {path}"
 
 
+# sub-commands that take over the whole command line (their own --json, --jobs, ...)
+SUBCOMMANDS = {
+    "--xla-gpu-corpus": ("bench.xla_gpu_corpus.check", "check a corpus made by xla_gpu_dump.py"),
+    "--xla-parity": ("bench.xla_parity", "our kernels against XLA:GPU's, kernel by kernel"),
+}
+
+
 def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    for flag, (module, _) in SUBCOMMANDS.items():
+        if flag in args:
+            rest = [a for a in args if a != flag]
+            return importlib.import_module(module).main(rest)
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--suite", choices=["gpu", "cpu", "all"], default="all")
@@ -125,6 +140,9 @@ def main(argv=None) -> int:
                     help="instead of the suites, run the differential fuzzer on N modules (python -m "
                          "hlo_compile.fuzz; options it does not know here, e.g. --seed S --jobs J --out DIR --xla, "
                          "are passed on)")
+    for flag, (module, what) in SUBCOMMANDS.items():
+        ap.add_argument(flag, action="store_true", help=f"instead of the suites, {what} (python -m {module} "
+                        "DIR... --help: its options)")
     ns, rest = ap.parse_known_args(argv)
     if ns.fuzz is not None:
         from hlo_compile.fuzz.__main__ import main as fuzz_main  # noqa: PLC0415
