@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import re
 import textwrap
 
 import numpy as np
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 import hlo_compile
 from hlo_compile.cli import run_watch
 from hlo_compile.cli.common import error_text
+from hlo_compile.cli.run import main as run_main
 from hlo_compile.hlo.errors import HloError
 from hlo_compile.cli.run import main
 from hlo_compile.runtime import literals, memory_estimate
@@ -179,9 +181,11 @@ def test_refusal_with_a_small_memory_limit(neg_file):
 def test_timeout_stops_a_long_loop_naming_the_phase(tmp_path):
     path = tmp_path / "loop.hlo"
     path.write_text(LOOP)
-    r = _invoke(path, "--timeout", "0.5")
+    # 3 s: parsing must be over before the alarm, even on a loaded machine (a 10^9-trip loop
+    # is not)
+    r = _invoke(path, "--timeout", "3")
     assert r.exit_code == run_watch.EXIT_TIMEOUT == 124, r.output
-    assert "hlo-run: error: timed out after 0.5 s in phase 'run on interpreter' of loop (--timeout)" in r.output
+    assert "hlo-run: error: timed out after 3 s in phase 'run on interpreter' of loop (--timeout)" in r.output
 
 
 def test_timeout_not_reached(neg_file):
@@ -240,3 +244,13 @@ def test_phase_line_is_drawn_only_on_a_terminal(capsys, monkeypatch):
     live.close()
     err = capsys.readouterr().err
     assert "hlo-run: m: run on interpreter, " in err and err.endswith("\r\033[K")
+
+
+def test_phase_line_counts_kernels_while_compiling(neg_file, monkeypatch):
+    """The compile phase names the pipeline's stage and the kernels done of all (issue 30)."""
+    seen: list[str] = []
+    real = run_watch.phase
+    monkeypatch.setattr(run_watch, "phase", lambda name, module=None: (seen.append(name), real(name, module)))
+    r = CliRunner().invoke(run_main, [str(neg_file), "--platform=host", "--reference=none"])
+    assert r.exit_code == 0, r.output
+    assert any(re.fullmatch(r"compile for host: \S+ \d+/\d+ kernels", s) for s in seen), seen

@@ -340,3 +340,23 @@ def test_rules_fail_in_words_never_crash(opcode):
     assert refused + accepted == 4 * len(_ODD_SHAPES) * len(attr_sets)
     assert refused or opcode in _ACCEPTS_ANY, f"{opcode} accepted every operand mix, tokens and tuples included"
     assert not (refused and opcode == "tuple")
+
+
+def test_empty_window_is_a_convolution_without_spatial_dimensions():
+    """XLA prints ``window={}`` for a convolution with no spatial dimensions (its optimized
+    module of a rank-2 convolution holds one) and parses it back."""
+    assert decode_window("{}") == ()
+    assert decode_window("{ }") == ()
+    with pytest.raises(ValueError, match="requires size="):
+        decode_window("{stride=2}")
+    text = """HloModule m
+ENTRY e {
+  a = f32[1,2] parameter(0)
+  b = f32[2,2] parameter(1)
+  ROOT c = f32[1,2] convolution(a, b), window={}, dim_labels=bf_io->bf
+}"""
+    import numpy as np
+    from hlo_compile import parse_module
+    from hlo_compile.interpreter import evaluate_module
+    x, w = np.array([[1.0, 2.0]], np.float32), np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    np.testing.assert_allclose(evaluate_module(parse_module(text), [x, w]), x @ w)

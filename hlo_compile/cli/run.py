@@ -93,6 +93,7 @@ def _runner(platform: str, module, seed, tensor_cores: bool = False, graph: bool
     options = CompileOptions(arch=common.default_arch(), dot_tensor_cores=tensor_cores, fusion=fusion, gemm=gemm,
                              conv=conv, skip_passes=skip_passes)
     where = {} if dump is None else {"dump_to": dump[0], "module_index": dump[1]}
+    where["progress"] = run_watch.compile_progress(platform)
     if overrides is not None:  # (OverrideSpec, module number): kernels' code from files (overrides.py)
         from ..runtime.overridden import compile_executable as compile_overridden
         exe = compile_overridden(module, platform, options, overrides[0], module_index=overrides[1], **where)

@@ -1,8 +1,8 @@
 """``hlo-run`` at scale: the phase a run is in (a live line on a terminal), ``--timeout``,
 the verdict on stdout, ``--expected-literals``.
 
-* Phases: ``parse``, ``compile``, ``run on PLATFORM``, ``reference on PLATFORM``, ``compare``
-  (``expected literals``). On a terminal (stderr a TTY, as hlo-compile's progress line) the
+* Phases: ``parse``, ``compile`` (``compile for PLATFORM: STAGE N/M kernels`` as kernels are
+  done), ``run on PLATFORM``, ``reference on PLATFORM``, ``compare`` (``expected literals``). On a terminal (stderr a TTY, as hlo-compile's progress line) the
   line ``hlo-run: MODULE: PHASE, 12.3s`` is redrawn every half second from one second into
   the run, and cleared before any other line; elsewhere nothing is drawn.
 * ``--timeout SECONDS``: the run is stopped (SIGALRM, between two Python steps of the
@@ -96,6 +96,15 @@ _current = Phase(live=False)
 def phase(name: str, module: str | None = None) -> None:
     """Say which phase the run is in now (the live line, the timeout's message)."""
     _current.set(name, module)
+
+
+def compile_progress(platform: str):
+    """A pipeline ``progress(stage, done, total)`` callback that shows, in the phase line,
+    ``compile for PLATFORM: STAGE N/M kernels``."""
+    def progress(stage: str, done: int, total: int) -> None:
+        counts = f" {done}/{total} kernels" if total else ""
+        phase(f"compile for {platform}: {stage}{counts}")
+    return progress
 
 
 def clear_line() -> None:

@@ -208,6 +208,8 @@ def decode_window(raw: str) -> tuple[WindowDim, ...]:
         if k in fields:
             raise ValueError(f"window has '{k}' twice")
         fields[k] = v
+    if not fields:
+        return ()  # window={}: no spatial dimensions (XLA prints and parses it so)
     known = {"size", "stride", "pad", "lhs_dilate", "rhs_dilate", "rhs_reversal"}
     for k in fields:
         if k not in known:

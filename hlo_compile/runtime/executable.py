@@ -126,15 +126,16 @@ def programs_stage(platform: Platform) -> Stage:
 
 def compile_executable(module: HloModule, platform: str | Platform, options: CompileOptions | None = None, *,
                        dump_to: Path | DumpDirectory | None = None, module_index: int = 0,
-                       cache: Any = None) -> Executable:
+                       cache: Any = None, progress: Any = None) -> Executable:
     """Plan, emit and compile every kernel of ``module`` for ``platform`` (a name or a
     platform object), through the pipeline's stages; with ``dump_to``, dump them as
     ``hlo-compile --dump-to`` does (module number ``module_index``); with ``cache`` (a
-    ``KernelCache``), per-kernel stages read and write their entries there."""
+    ``KernelCache``), per-kernel stages read and write their entries there; ``progress`` is
+    ``run_pipeline``'s (``progress(stage, done, total)`` as kernels are done)."""
     t0 = time.perf_counter()
     p = make_platform(platform) if isinstance(platform, str) else platform
     options = p.compile_options(options or CompileOptions())
     result = run_pipeline(module, options, dump_to=dump_to, module_index=module_index,
-                          then=[programs_stage(p), p.kernel_stage()], cache=cache)
+                          then=[programs_stage(p), p.kernel_stage()], cache=cache, progress=progress)
     return Executable(result.plan, p, result.values[KERNELS], compile_seconds=time.perf_counter() - t0,
                       programs=result.values[PROGRAMS], pipeline=result)

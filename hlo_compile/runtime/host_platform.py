@@ -14,7 +14,7 @@ import numpy as np
 from ..codegen.compiler import KernelPlan, ModulePlan
 from ..hlo.shape import Shape
 from ..options import CompileOptions
-from ..stages import Stage, StageOutput
+from ..stages import Stage, StageEnv, StageOutput
 from ..targets.host import compile_host_kernel
 from .physical import buffer_bytes, storage_dtype
 from .platform import KERNELS, Platform
@@ -28,10 +28,10 @@ class HostPlatform(Platform):
         return dataclasses.replace(options, gemm="generated", conv="generated")
 
     def kernel_stage(self) -> Stage:
-        return Stage(KERNELS, ("fusions",), self.compile_kernels,
+        return Stage(KERNELS, ("fusions",), self.compile_kernels, uses_env=True,
                      description="every kernel emitted for the host target and JIT-compiled")
 
-    def compile_kernels(self, options: CompileOptions, plan: ModulePlan) -> StageOutput:
+    def compile_kernels(self, options: CompileOptions, plan: ModulePlan, env: StageEnv | None = None) -> StageOutput:
         kernels, seconds = {}, {}
         compiled: dict[str, Any] = {}  # kernel name → its code: a reused kernel is compiled once
         owners = {k.kernel_name: k for k in plan.unique_kernels}
@@ -40,6 +40,8 @@ class HostPlatform(Platform):
                 t0 = time.perf_counter()
                 compiled[p.kernel_name] = self.compile(owners[p.kernel_name])
                 seconds[p.kernel_name] = time.perf_counter() - t0
+                if env is not None:
+                    env.report(KERNELS, len(compiled), len(owners))
             kernels[p.fusion.name] = compiled[p.kernel_name]
         return StageOutput(kernels, kernel_seconds=seconds)
 

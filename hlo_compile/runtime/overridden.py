@@ -52,7 +52,7 @@ def host_kernels(platform: Any, options: Any, plan: ModulePlan, overrides: Modul
 
 
 def compile_executable(module: HloModule, platform: str, options: Any, spec: OverrideSpec, *,
-                       dump_to: Any = None, module_index: int = 0, cache: Any = None):
+                       dump_to: Any = None, module_index: int = 0, cache: Any = None, progress: Any = None):
     """``runtime.executable.compile_executable`` with ``spec``'s overrides for module number
     ``module_index``."""
     import time
@@ -70,6 +70,7 @@ def compile_executable(module: HloModule, platform: str, options: Any, spec: Ove
                              lambda o, plan: host_kernels(p, o, plan, spec.bound.get(module_index)),
                              description=kernel_stage.description)
     result = run_pipeline(module, options, dump_to=dump_to, module_index=module_index,
-                          then=[programs_stage(p), kernel_stage], cache=cache, overrides=spec)
+                          then=[programs_stage(p), kernel_stage], cache=cache, overrides=spec,
+                          progress=progress)
     return Executable(result.plan, p, result.values[KERNELS], compile_seconds=time.perf_counter() - t0,
                       programs=result.values[PROGRAMS], pipeline=result)
