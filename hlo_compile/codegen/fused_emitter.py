@@ -56,6 +56,49 @@ def flattening_explodes(part: PartitionedComputation) -> bool:
     return flat > _FLATTEN_LIMIT and flat > _FLATTEN_FACTOR * total
 
 
+# Pad, concatenate and dynamic-update-slice read their operands inside branch arms (an arm may
+# read memory only valid under its condition), and nothing emitted in one arm is visible in
+# another. Where the same values are reached through many arms, each arm emits its own copy:
+# in an associative scan (lax.associative_scan, each level ``add(pad(x), pad(mul(y, x)))``
+# with interior padding) every level doubles the copies, so a 24-element scan came to 14,000
+# emitted instructions for 90 (and minutes of LLVM). Such fusions select instead of branching
+# (``speculate``): each operand is read at its index clamped into its bounds, which every
+# arm reaching it computes the same way, so one copy serves all.
+_ARM_OPERANDS = {"pad": (0, 1), "dynamic-update-slice": (0, 1)}
+_ARM_FACTOR = 8
+_ARM_LIMIT = 256
+
+
+def branch_arms_explode(computation) -> bool:
+    """Whether emitting ``computation`` with branch arms copies its instructions over
+    ``_ARM_FACTOR`` times (and over ``_ARM_LIMIT`` instructions per output element): the
+    number of arms each instruction is emitted in, counted from the root (a read inside an
+    arm is one more copy for each arm of its reader; plain reads are counted as sharing the
+    reader's, so this is a lower bound: readers at different indices copy more)."""
+    insts = computation.post_order()
+    if len(insts) < 8:
+        return False
+    arm: dict[int, int] = {}
+    plain: dict[int, int] = {}
+    total = 0
+    cap = _ARM_LIMIT + _ARM_FACTOR * len(insts)
+    for inst in reversed(insts):
+        c = arm.get(id(inst), 0) + plain.get(id(inst), 0)
+        if inst is computation.root:
+            c = max(c, 1)
+        if c == 0:
+            continue
+        c = min(c, cap)
+        total += c
+        arms = _ARM_OPERANDS.get(inst.opcode, range(len(inst.operands)) if inst.opcode == "concatenate" else ())
+        for i, op in enumerate(inst.operands):
+            if i in arms:
+                arm[id(op)] = arm.get(id(op), 0) + c
+            else:
+                plain[id(op)] = max(plain.get(id(op), 0), c)
+    return total > _ARM_LIMIT and total > _ARM_FACTOR * len(insts)
+
+
 class FusedEmitter:
     """Emits the instructions of one fused computation for one kernel."""
 
@@ -78,6 +121,7 @@ class FusedEmitter:
         # also when the subgraph functions, inlined, would come to far more than the fusion
         # (see _FLATTEN_LIMIT)
         self.inline = inline or flattening_explodes(part)
+        self._arms_explode: bool | None = None
         self.injected: dict[HloInstruction, Callable[[Sequence[ir.Value]], object]] = {}
 
     def inject(self, inst: HloInstruction, value_at: Callable[[Sequence[ir.Value]], object]) -> None:
@@ -85,6 +129,20 @@ class FusedEmitter:
         memory); implies inline emission."""
         self.injected[inst] = value_at
         self.inline = True
+
+    @property
+    def speculate(self) -> bool:
+        """Whether pad and concatenate select between operands read at clamped indices instead
+        of branching (see ``_ARM_LIMIT``). Inline emission only: with subgraph functions each
+        arm's copy is one call, and what LLVM's inliner makes of the calls is the values the
+        fusion really computes at different indices (a scan fused into a loop kernel
+        recomputes its prefix per element), which selects would only merge into one huge
+        block."""
+        if not self.inline:
+            return False
+        if self._arms_explode is None:
+            self._arms_explode = branch_arms_explode(self.part.computation)
+        return self._arms_explode
 
     # ---- entry points ------------------------------------------------------------------------
     def bind(self, kb: KernelBuilder, param_ptrs: Sequence[ir.Value]) -> None:

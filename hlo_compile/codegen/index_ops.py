@@ -15,6 +15,7 @@ from llvmlite import ir
 
 from ..hlo import HloInstruction
 from ..hlo.element_types import bit_width
+from ..indexing import affine as A
 from ..indexing.indexing_map import IndexingMap
 from ..indexing.op_maps import output_to_input
 from .affine_emitter import AffineEmitter
@@ -123,6 +124,22 @@ def _iota(fe, inst, index):
     return b.uitofp(v, t)
 
 
+def _clamped(fe, inst, index, exprs, operand) -> list[ir.Value]:
+    """``exprs`` over ``inst``'s output index, each clamped into ``operand``'s bounds (where
+    the output bounds do not prove it): an index every output element may read at."""
+    out_dims = inst.shape.dimensions
+    ae = AffineEmitter(fe.kb, index, bounds=lambda v: (0, out_dims[v.index] - 1) if v.kind == 0 else (0, 0))
+    clamped = []
+    for e, n in zip(exprs, operand.shape.dimensions):
+        lo, hi = ae.interval(e)
+        if lo < 0:
+            e = A.max_(e, 0)
+        if hi > n - 1:
+            e = A.min_(e, n - 1)
+        clamped.append(e)
+    return ae.emit_all(clamped)
+
+
 @index_op("pad")
 def _pad(fe, inst, index):
     m = _single_map(fe, inst)
@@ -131,6 +148,13 @@ def _pad(fe, inst, index):
     pad_value = lambda: fe.value(inst.operands[1], ())  # noqa: E731
     if not conds:
         return fe.value(inst.operands[0], ae.emit_all(m.exprs))
+    if fe.speculate:
+        # in the domain, output i = low + k*step reads element k = floor(i/step) - floor(low/step):
+        # one expression whatever low is, so pads of the same operand share its values
+        exprs = [A.dim(d) - p.low if p.interior == 0 else A.floordiv(A.dim(d), p.interior + 1) - p.low // (p.interior + 1)
+                 for d, p in enumerate(inst.attr("padding"))]
+        v = fe.value(inst.operands[0], _clamped(fe, inst, index, exprs, inst.operands[0]))
+        return fe.kb.b.select(fe.kb.all_of(conds), v, pad_value())
     return fe.branch(fe.kb.all_of(conds), lambda: fe.value(inst.operands[0], ae.emit_all(m.exprs)), pad_value)
 
 
@@ -138,6 +162,13 @@ def _pad(fe, inst, index):
 def _concatenate(fe, inst, index):
     entries = output_to_input(inst, 0)
     maps = [e[0] for e in entries]
+    if fe.speculate:
+        vals = [fe.value(op, _clamped(fe, inst, index, m.exprs, op)) for op, m in zip(inst.operands, maps)]
+        v = vals[-1]
+        for k in reversed(range(len(maps) - 1)):
+            conds = _domain_condition(fe, _emitter(fe, index, maps[k]), maps[k], inst.shape.dimensions)
+            v = fe.kb.b.select(fe.kb.all_of(conds), vals[k], v)
+        return v
 
     def pick(k: int):
         m = maps[k]
