@@ -53,3 +53,7 @@ def library_reason(target: str) -> str:
 TE_ATTENTION_FORWARD = "te_fused_attn_forward_ffi"
 TE_ATTENTION_BACKWARD = "te_fused_attn_backward_ffi"
 TE_ATTENTION_TARGETS = frozenset({TE_ATTENTION_FORWARD, TE_ATTENTION_BACKWARD})
+
+# cuBLAS trsm (hlo/triangular_solve_call.py): no library step runs it; it is always lowered to
+# plain HLO, as the triangular-solve op is (passes/triangular_solve_lowering.py)
+TRIANGULAR_SOLVE_TARGET = "__cublas$triangularSolve"

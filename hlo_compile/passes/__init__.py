@@ -21,6 +21,7 @@ from .prepare_control_flow import prepare_control_flow
 from .scatter_operands import split_scatter_operands
 from .annotation_calls import rewrite_annotation_calls
 from .topk_custom_call import rewrite_topk_custom_calls
+from .triangular_solve_lowering import lower_triangular_solves
 from .tuple_copies import expand_tuple_copies
 from .fusion import fuse_instructions
 from .scatter_layouts import align_scatter_operand_layouts
@@ -34,7 +35,8 @@ REWRITE_NAMES = {"wrap_async_sugar": "async-wrapping", "align_layouts": "layout-
                  "lower_custom_fusions": "custom-fusions", "rewrite_topk_custom_calls": "topk-custom-call",
                  "rewrite_annotation_calls": "annotation-calls",
                  "expand_rng_bit_generators": "expand-rng-bit-generator",
-                 "split_scatter_operands": "scatter-operands"}
+                 "split_scatter_operands": "scatter-operands",
+                 "lower_triangular_solves": "triangular-solve-lowering"}
 
 # The passes code generation or the runtime cannot do without (name → why): they are never skipped.
 # Only ``fusion`` may be (the same as --no-fusion).
@@ -47,6 +49,7 @@ REQUIRED_PASSES = {
     "topk-custom-call": "no runtime step runs XLA:CPU's TopK custom call; the sort emitter runs the topk it becomes",
     "annotation-calls": "no runtime step runs annotation custom calls; the copies they become run",
     "expand-rng-bit-generator": "no emitter compiles rng-bit-generator (XLA expands it too)",
+    "triangular-solve-lowering": "no emitter or runtime step runs triangular-solve or the cuBLAS trsm call",
     "scatter-operands": "a scatter kernel updates its output in place: the operand must be written first "
                         "(wrong results otherwise)",
     "library-calls": "the library calls --gemm/--conv=generated name (all on the host platform) have no runtime "
@@ -116,5 +119,5 @@ def pass_steps(before_fusion: Sequence[Rewrite] = (), fusion: bool = True,
 def module_rewrites() -> list[Callable[[HloModule], HloModule]]:
     """Rewrites of every computation of the module, run first, in order, on the copy: ops that
     XLA itself expands or renames before code generation."""
-    return [wrap_async_sugar, align_layouts, lower_custom_fusions, split_dynamic_indices, expand_tuple_copies,
-            rewrite_topk_custom_calls, rewrite_annotation_calls, expand_rng_bit_generators, split_scatter_operands]
+    return [wrap_async_sugar, lower_triangular_solves, align_layouts, lower_custom_fusions, split_dynamic_indices,
+            expand_tuple_copies, rewrite_topk_custom_calls, rewrite_annotation_calls, expand_rng_bit_generators, split_scatter_operands]
