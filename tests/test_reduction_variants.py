@@ -325,3 +325,54 @@ CHECK: shfl.sync.down.b32 {{.*}}, 2,
 CHECK: shfl.sync.down.b32 {{.*}}, 1,
 CHECK-NOT: shfl.sync.down.b32 {{.*}}, 8,
 """, tmp_path)
+
+
+NESTED_OUTPUT_FUSION = """HloModule nested
+argmax {
+  a = f32[] parameter(0)
+  ai = s32[] parameter(1)
+  b = f32[] parameter(2)
+  bi = s32[] parameter(3)
+  gt = pred[] compare(a, b), direction=GT
+  v = f32[] select(gt, a, b)
+  i = s32[] select(gt, ai, bi)
+  ROOT t = (f32[], s32[]) tuple(v, i)
+}
+argmin {
+  a = f32[] parameter(0)
+  ai = s32[] parameter(1)
+  b = f32[] parameter(2)
+  bi = s32[] parameter(3)
+  lt = pred[] compare(a, b), direction=LT
+  v = f32[] select(lt, a, b)
+  i = s32[] select(lt, ai, bi)
+  ROOT t = (f32[], s32[]) tuple(v, i)
+}
+fused {
+  x = f32[64,100] parameter(0)
+  iota = s32[64,100] iota(), iota_dimension=1
+  lo = f32[] constant(-inf)
+  hi = f32[] constant(inf)
+  zero = s32[] constant(0)
+  mx = (f32[64], s32[64]) reduce(x, iota, lo, zero), dimensions={1}, to_apply=argmax
+  mn = (f32[64], s32[64]) reduce(x, iota, hi, zero), dimensions={1}, to_apply=argmin
+  ROOT r = ((f32[64], s32[64]), (f32[64], s32[64])) tuple(mx, mn)
+}
+ENTRY e {
+  x = f32[64,100] parameter(0)
+  f = ((f32[64], s32[64]), (f32[64], s32[64])) fusion(x), kind=kInput, calls=fused
+  inner = (f32[64], s32[64]) get-tuple-element(f), index=1
+  idx = s32[64] get-tuple-element(inner), index=1
+  first = (f32[64], s32[64]) get-tuple-element(f), index=0
+  val = f32[64] get-tuple-element(first), index=0
+  ROOT out = (s32[64], f32[64]) tuple(idx, val)
+}
+"""
+
+
+def test_fusion_with_nested_tuple_output_runs_on_host():
+    """A multi-output fusion whose roots are variadic reduces has a nested tuple shape
+    (XLA:GPU's argmax + argmin of one operand); its value keeps that nesting, so a
+    get-tuple-element of a get-tuple-element reads the right buffer."""
+    ok, report = run_on_host(parse_module(NESTED_OUTPUT_FUSION))
+    assert ok, report

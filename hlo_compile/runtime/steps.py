@@ -29,7 +29,7 @@ from ..codegen.kernel import output_leaves
 from ..hlo import HloInstruction
 from ..hlo.errors import HloUnsupportedError
 from .platform import Platform
-from .values import Buffer, leaves, upload_value
+from .values import Buffer, leaves, nest, upload_value
 
 
 class ConstantPool:
@@ -163,6 +163,6 @@ class KernelLaunch(Step):
                 platform.copy(outs[out_index].data, ins[operand_index], outs[out_index].shape)
         if plan.launch.num_blocks > 0:
             platform.launch(frame.resources.kernels[inst.name], plan, ins + [b.data for b in outs])
-        value = outs if inst.shape.is_tuple else outs[0]
+        value = nest(inst.shape, outs)
         frame.own(value)
         frame.values[inst] = value

@@ -32,6 +32,17 @@ def leaves(value: Any) -> Iterator[Buffer]:
         yield value
 
 
+def nest(shape: Shape, flat: list[Buffer]) -> Any:
+    """Buffers given depth first (a fusion's output leaves) as the value of ``shape``: nested
+    lists for nested tuples (a multi-output fusion whose roots are variadic reduces gives
+    ``((f32, s32), (f32, s32))``)."""
+    it = iter(flat)
+
+    def build(s: Shape) -> Any:
+        return [build(t) for t in s.tuple_shapes] if s.is_tuple else next(it)
+    return build(shape)
+
+
 def upload_value(platform: Any, value: Any, shape: Shape) -> Any:
     """A logical value (nested tuples for a tuple shape) as buffers of ``platform``."""
     if shape.is_tuple:
