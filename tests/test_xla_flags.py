@@ -15,7 +15,7 @@ from hlo_compile.cli.compile import main as compile_main
 from hlo_compile.cli.pass_list import all_passes
 from hlo_compile.cli.run import main as run_main
 from hlo_compile.options import CompileOptions
-from hlo_compile.passes import REQUIRED_PASSES, pass_steps, run_passes
+from hlo_compile.passes import REQUIRED_PASSES, PassContext, pass_steps, run_passes
 
 # add and negate: our fusion pass makes them one fusion; without it each is wrapped alone
 NEG = """HloModule neg
@@ -172,8 +172,10 @@ def test_unknown_and_required_pass_names(neg_file):
 
 
 def test_pass_names_agree_and_skips_enter_cache_keys():
-    steps = [name for name, _ in pass_steps(before_fusion=[("tree-reduction", lambda m: m)])]
-    assert steps == [p.name for p in all_passes()]
+    steps = [p.name for p in pass_steps(PassContext(arch="sm_80"))]
+    assert steps == [p.name for p in all_passes()] and len(set(steps)) == len(steps)
+    assert [p.name for p in pass_steps(PassContext(fusion=False))] == \
+        [n for n in steps if n not in ("fusion", "tree-reduction")]  # no arch: no tree-reduction split
     assert set(REQUIRED_PASSES) == set(steps) - {"fusion"}
     assert "skip_passes=('fusion',)" in repr(CompileOptions(skip_passes=("fusion",)))
     with pytest.raises(ValueError):

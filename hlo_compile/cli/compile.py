@@ -96,7 +96,7 @@ def _list_passes(ctx: click.Context, _param, value: bool) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the emitted stage to this file instead of stdout.")
 @click.option("--arch", default="sm_80", show_default=True, envvar="HLO_COMPILE_ARCH",
-              help="Target GPU architecture (sm_80, sm_86, sm_89, sm_90, sm_90a, sm_100, sm_100a).")
+              help=f"Target GPU architecture ({', '.join(common.supported_archs())}).")
 @click.option("--platform", default="gpu", show_default=True, metavar="gpu|cuda",
               help="hlo-opt's platform: hlo-compile generates code for NVIDIA GPUs only.")
 @click.option("--input-format", default="hlo", show_default=True, metavar="hlo",

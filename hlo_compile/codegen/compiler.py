@@ -24,7 +24,6 @@ from ..hlo.unbounded import refuse_unbounded_dimensions
 from ..options import CompileOptions
 from ..passes import run_passes
 from ..passes.prepare_control_flow import executed_computations
-from ..passes.tree_reduction_fusions import rewrite_tree_reductions_everywhere
 from .device_info import DeviceInfo, device_for_arch
 from .emitter_kind import EmitterKind
 from .emitters import EMITTERS, EMPTY_KERNEL, Emitter
@@ -214,11 +213,8 @@ def _plan_fusion_shared(fusion: HloInstruction, device: DeviceInfo, kernel_name:
 def prepare_module(module: HloModule, options: CompileOptions, after_pass=None) -> HloModule:
     """The module after the passes and the code generator's own rewrites (a copy); without
     ``options.skip_passes``; ``after_pass(name, module)`` after each (``run_passes``)."""
-    device = device_for_arch(options.arch)
-    tree = ("tree-reduction", lambda m: rewrite_tree_reductions_everywhere(m, device))
-    return run_passes(module, before_fusion=[tree],
-                      fusion=options.fusion, generated_calls=options.generated_call_families(),
-                      skip=options.skip_passes, after_pass=after_pass)
+    return run_passes(module, fusion=options.fusion, generated_calls=options.generated_call_families(),
+                      skip=options.skip_passes, after_pass=after_pass, arch=options.arch)
 
 
 def plan_module(module: HloModule, options: CompileOptions,

@@ -6,7 +6,8 @@ one computation (``inline_calls``, ``fuse_instructions``, ``wrap_lone_instructio
 """
 from __future__ import annotations
 
-from typing import Callable, Collection, Sequence, Union
+from dataclasses import dataclass
+from typing import Callable, Collection
 
 from ..hlo import HloModule
 from ..hlo.ir import clone_module
@@ -25,99 +26,131 @@ from .triangular_solve_lowering import lower_triangular_solves
 from .tuple_copies import expand_tuple_copies
 from .fusion import fuse_instructions
 from .scatter_layouts import align_scatter_operand_layouts
+from .tree_reduction_fusions import rewrite_tree_reductions_for_arch
 from .wrap_fusions import fuse_and_wrap, wrap_lone_instructions
 
-__all__ = ["run_passes", "module_rewrites", "fuse_and_wrap", "pass_name", "REQUIRED_PASSES"]
+__all__ = ["run_passes", "fuse_and_wrap", "PASSES", "Pass", "PassContext", "REQUIRED_PASSES"]
 
-# The names of the module rewrites (``hlo-compile --list-passes``, --xla_disable_hlo_passes); a
-# rewrite not named here is called after its function (``_`` as ``-``).
-REWRITE_NAMES = {"wrap_async_sugar": "async-wrapping", "align_layouts": "layout-boundaries",
-                 "lower_custom_fusions": "custom-fusions", "rewrite_topk_custom_calls": "topk-custom-call",
-                 "rewrite_annotation_calls": "annotation-calls",
-                 "expand_rng_bit_generators": "expand-rng-bit-generator",
-                 "split_scatter_operands": "scatter-operands",
-                 "lower_triangular_solves": "triangular-solve-lowering"}
+
+@dataclass(frozen=True)
+class PassContext:
+    """What the passes read besides the module."""
+    generated_calls: frozenset[str] = ALL_FAMILIES  # library-call families lowered to plain HLO
+    fusion: bool = True  # False: no fusion pass, and none in the control-flow computations
+    arch: str | None = None  # the target: tree-reduction runs for it; None (tests of other passes): not run
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One module pass: ``run(module, context)`` returns the module (a copy's rewrite, in place or
+    not)."""
+    name: str  # --list-passes, --passes, --xla_disable_hlo_passes, per-pass dump file names
+    description: str  # --list-passes
+    run: Callable[[HloModule, PassContext], HloModule]
+    required: str = ""  # why code generation or the runtime cannot do without it ("": it may be skipped)
+
+
+# Every pass, in the order a compilation runs them: the one table ``run_passes``, ``hlo-compile
+# --list-passes``/``--passes`` (cli/pass_list.py) and the per-pass dumps read. A pass is added
+# here and nowhere else. Only ``fusion`` may be skipped (the same as --no-fusion).
+PASSES: tuple[Pass, ...] = (
+    Pass("async-wrapping", "X-start/-update/-done sugar (fusion, call, custom-call, dynamic-update-slice...) as "
+                           "async-start over a wrapped computation",
+         lambda m, c: wrap_async_sugar(m),
+         "the runtime runs async sugar (X-start/X-done) only as async-start over a wrapped computation"),
+    Pass("triangular-solve-lowering", "triangular-solve and cholesky (the ops, and cuBLAS's triangularSolve call) "
+                                      "outside fusions as while loops of plain HLO",
+         lambda m, c: lower_triangular_solves(m),
+         "no emitter or runtime step runs triangular-solve or the cuBLAS trsm call"),
+    Pass("layout-boundaries", "copies where layouts disagree across computation boundaries (as XLA's layout "
+                              "assignment inserts them)",
+         lambda m, c: align_layouts(m),
+         "without its copies a computation reads a buffer with the wrong layout (wrong results)"),
+    Pass("custom-fusions", "Triton, cuDNN and custom-kernel fusions as fusions our emitters compile, or calls of "
+                           "their computation to re-fuse",
+         lambda m, c: lower_custom_fusions(m),
+         "our emitters do not compile XLA:GPU's kCustom (Triton, cuDNN) fusions as they are"),
+    Pass("split-dynamic-indices", "Old-form dynamic-slice/-update-slice start-index vectors split into scalars "
+                                  "(XLA's dynamic-index-splitter).",
+         lambda m, c: split_dynamic_indices(m),
+         "our emitters only know the scalar start-index form of dynamic-(update-)slice"),
+    Pass("expand-tuple-copies", "Copies of tuples as tuples of leaf copies (XLA's deep copy); in place.",
+         lambda m, c: expand_tuple_copies(m),
+         "our kernels copy arrays, not tuples"),
+    Pass("topk-custom-call", "XLA:CPU's TopK custom call as a topk instruction",
+         lambda m, c: rewrite_topk_custom_calls(m),
+         "no runtime step runs XLA:CPU's TopK custom call; the sort emitter runs the topk it becomes"),
+    Pass("annotation-calls", "annotation custom calls (MoveToHost/MoveToDevice, LayoutConstraint, Sharding on "
+                             "one device) as copies",
+         lambda m, c: rewrite_annotation_calls(m),
+         "no runtime step runs annotation custom calls; the copies they become run"),
+    Pass("expand-rng-bit-generator", "rng-bit-generator expanded into integer ops",
+         lambda m, c: expand_rng_bit_generators(m),
+         "no emitter compiles rng-bit-generator (XLA expands it too)"),
+    Pass("scatter-operands", "a scatter fusion that computes its operand split in two: a loop fusion writing the "
+                             "operand, then the scatter (as XLA)",
+         lambda m, c: split_scatter_operands(m),
+         "a scatter kernel updates its output in place: the operand must be written first (wrong results "
+         "otherwise)"),
+    Pass("library-calls", "cuBLAS/cuDNN calls lowered to plain HLO for our emitters (the families "
+                          "--gemm/--conv=generated name)",
+         lambda m, c: lower_library_calls(m, c.generated_calls),
+         "the library calls --gemm/--conv=generated name (all on the host platform) have no runtime step "
+         "otherwise"),
+    Pass("inline-calls", "call instructions in ENTRY inlined (XLA's call-inliner)",
+         lambda m, c: inline_calls(m),
+         "code generation needs a flat ENTRY (no call instructions)"),
+    Pass("tree-reduction", "XLA's tree-reduction split of reductions that are not race-free, lone or inside a "
+                           "formed fusion (one kernel per stage; for --arch)",
+         lambda m, c: rewrite_tree_reductions_for_arch(m, c.arch),
+         "the reduction emitters only handle race-free reductions"),
+    Pass("fusion", "producer-consumer fusion of lone instructions (XLA's core rules)",
+         lambda m, c: fuse_instructions(m)),
+    Pass("wrap-fusions", "every instruction that needs a kernel and is still alone, wrapped as a one-instruction "
+                         "fusion",
+         lambda m, c: wrap_lone_instructions(align_scatter_operand_layouts(m)),
+         "every instruction that needs a kernel must be a fusion for code generation"),
+    Pass("prepare-control-flow", "the same passes in the computations while and conditional run",
+         lambda m, c: prepare_control_flow(m, c.fusion),
+         "while bodies, conditions and branches must be prepared like ENTRY for code generation"),
+)
 
 # The passes code generation or the runtime cannot do without (name → why): they are never skipped.
-# Only ``fusion`` may be (the same as --no-fusion).
-REQUIRED_PASSES = {
-    "async-wrapping": "the runtime runs async sugar (X-start/X-done) only as async-start over a wrapped computation",
-    "layout-boundaries": "without its copies a computation reads a buffer with the wrong layout (wrong results)",
-    "custom-fusions": "our emitters do not compile XLA:GPU's kCustom (Triton, cuDNN) fusions as they are",
-    "split-dynamic-indices": "our emitters only know the scalar start-index form of dynamic-(update-)slice",
-    "expand-tuple-copies": "our kernels copy arrays, not tuples",
-    "topk-custom-call": "no runtime step runs XLA:CPU's TopK custom call; the sort emitter runs the topk it becomes",
-    "annotation-calls": "no runtime step runs annotation custom calls; the copies they become run",
-    "expand-rng-bit-generator": "no emitter compiles rng-bit-generator (XLA expands it too)",
-    "triangular-solve-lowering": "no emitter or runtime step runs triangular-solve or the cuBLAS trsm call",
-    "scatter-operands": "a scatter kernel updates its output in place: the operand must be written first "
-                        "(wrong results otherwise)",
-    "library-calls": "the library calls --gemm/--conv=generated name (all on the host platform) have no runtime "
-                     "step otherwise",
-    "inline-calls": "code generation needs a flat ENTRY (no call instructions)",
-    "tree-reduction": "the reduction emitters only handle race-free reductions",
-    "wrap-fusions": "every instruction that needs a kernel must be a fusion for code generation",
-    "prepare-control-flow": "while bodies, conditions and branches must be prepared like ENTRY for code generation",
-}
-
-# a rewrite of ``before_fusion``: a function, or (its name, the function)
-Rewrite = Union[Callable[[HloModule], HloModule], tuple[str, Callable[[HloModule], HloModule]]]
+REQUIRED_PASSES = {p.name: p.required for p in PASSES if p.required}
 
 
-def pass_name(fn: Callable) -> str:
-    """The name a module rewrite is listed and skipped by."""
-    name = getattr(fn, "__name__", "rewrite")
-    return REWRITE_NAMES.get(name, name.replace("_", "-"))
+def run_passes(module: HloModule, fusion: bool = True, generated_calls: frozenset[str] = ALL_FAMILIES,
+               skip: Collection[str] = (), after_pass: Callable[[str, HloModule], None] | None = None,
+               arch: str | None = None) -> HloModule:
+    """The module code generation sees: a copy of ``module`` after ``PASSES``: calls in ENTRY
+    inlined, lone instructions grouped into fusions (``fusion.py``; skipped with
+    ``fusion=False``) and the rest wrapped as one-instruction fusions, and the same done to every
+    computation that a while or conditional runs (recursively). The input is left untouched, so
+    the interpreter that checks our results never runs our own rewrites. The library calls of
+    ``generated_calls`` (families of ``hlo/library_targets.py``) are lowered to plain HLO first;
+    the others stay calls. ``arch``: the target the tree-reduction split is made for (the code
+    generator's ``prepare_module`` gives it); without one that pass is not run.
 
-
-def run_passes(module: HloModule, before_fusion: Sequence[Rewrite] = (),
-               fusion: bool = True, generated_calls: frozenset[str] = ALL_FAMILIES,
-               skip: Collection[str] = (),
-               after_pass: Callable[[str, HloModule], None] | None = None) -> HloModule:
-    """The module code generation sees: a copy of ``module`` with calls in ENTRY inlined, lone
-    instructions grouped into fusions (``fusion.py``; skipped with ``fusion=False``) and the
-    rest wrapped as one-instruction fusions, and the same done to every computation that a
-    while or conditional runs (recursively). The input is left untouched, so the interpreter
-    that checks our results never runs our own rewrites. ``before_fusion`` are rewrites the
-    code generator needs on lone instructions (e.g. its tree-reduction split), run after
-    call inlining and before fusion. The library calls of ``generated_calls`` (families of
-    ``hlo/library_targets.py``) are lowered to plain HLO first; the others stay calls.
-
-    ``skip``: passes not run, by name (``pass_steps``); a pass of ``REQUIRED_PASSES`` cannot be
-    skipped (ValueError). ``after_pass(name, module)`` is called after each pass that ran, with
-    the module as it is then (it must not change it)."""
+    ``skip``: passes not run, by name; a pass of ``REQUIRED_PASSES`` cannot be skipped
+    (ValueError). ``after_pass(name, module)`` is called after each pass that ran, with the
+    module as it is then (it must not change it)."""
     skip = frozenset(skip)
     required = sorted(skip & REQUIRED_PASSES.keys())
     if required:
         raise ValueError(f"passes that cannot be skipped: {', '.join(required)}")
+    context = PassContext(generated_calls, fusion and "fusion" not in skip, arch)
     out = clone_module(module)
-    for name, step in pass_steps(before_fusion, fusion and "fusion" not in skip, generated_calls):
-        if name in skip:
+    for p in pass_steps(context):
+        if p.name in skip:
             continue
-        out = step(out)
+        out = p.run(out, context)
         if after_pass is not None:
-            after_pass(name, out)
+            after_pass(p.name, out)
     return out
 
 
-def pass_steps(before_fusion: Sequence[Rewrite] = (), fusion: bool = True,
-               generated_calls: frozenset[str] = ALL_FAMILIES) -> list[tuple[str, Callable[[HloModule], HloModule]]]:
-    """``run_passes``'s passes in order, each (name, function of the module); ``fusion`` false
-    leaves the fusion pass out (and fusion in the control-flow computations)."""
-    steps = [(pass_name(fn), fn) for fn in module_rewrites()]
-    steps.append(("library-calls", lambda m: lower_library_calls(m, generated_calls)))
-    steps.append(("inline-calls", inline_calls))
-    for rewrite in before_fusion:
-        steps.append(rewrite if isinstance(rewrite, tuple) else (pass_name(rewrite), rewrite))
-    if fusion:
-        steps.append(("fusion", fuse_instructions))
-    steps.append(("wrap-fusions", lambda m: wrap_lone_instructions(align_scatter_operand_layouts(m))))
-    steps.append(("prepare-control-flow", lambda m: prepare_control_flow(m, fusion)))
-    return steps
-
-
-def module_rewrites() -> list[Callable[[HloModule], HloModule]]:
-    """Rewrites of every computation of the module, run first, in order, on the copy: ops that
-    XLA itself expands or renames before code generation."""
-    return [wrap_async_sugar, lower_triangular_solves, align_layouts, lower_custom_fusions, split_dynamic_indices,
-            expand_tuple_copies, rewrite_topk_custom_calls, rewrite_annotation_calls, expand_rng_bit_generators, split_scatter_operands]
+def pass_steps(context: PassContext) -> list[Pass]:
+    """The passes ``run_passes`` runs for ``context``, in order: ``PASSES`` less ``fusion`` when
+    ``context.fusion`` is false and ``tree-reduction`` when it has no ``arch``."""
+    return [p for p in PASSES if (p.name != "fusion" or context.fusion)
+            and (p.name != "tree-reduction" or context.arch is not None)]

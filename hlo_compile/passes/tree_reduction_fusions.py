@@ -22,7 +22,7 @@ The split changes the order of the summation, as XLA's does.
 """
 from __future__ import annotations
 
-from hlo_compile.codegen.device_info import DeviceInfo
+from hlo_compile.codegen.device_info import DeviceInfo, device_for_arch
 from hlo_compile.codegen.fusion_analysis import reduction_dimensions
 from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule, clone_instruction
 from hlo_compile.hlo.rewrite import (NameScope, add_computation, control_predecessors, insert_instructions,
@@ -51,6 +51,12 @@ def rewrite_tree_reductions_everywhere(module: HloModule, device: DeviceInfo | N
     called = {id(c) for comp in module.computations for i in comp.instructions for c in i.called_computations()}
     remove_computations(module, [c for c in split_bodies if id(c) not in called])
     return module
+
+
+def rewrite_tree_reductions_for_arch(module: HloModule, arch: str) -> HloModule:
+    """``rewrite_tree_reductions_everywhere`` for the device ``arch`` names (the tree-reduction
+    pass of ``passes.PASSES``)."""
+    return rewrite_tree_reductions_everywhere(module, device_for_arch(arch))
 
 
 def _splittable(fusion: HloInstruction, device: DeviceInfo | None) -> bool:
