@@ -115,13 +115,14 @@ TOPK_COMPARATOR = """cmp {
 """
 
 
-def topk_module(shape: tuple[int, ...], k: int, direction: str = "GT") -> str:
+def topk_module(shape: tuple[int, ...], k: int, direction: str = "GT", target: str = "TopK") -> str:
     out = dims(shape[:-1] + (k,))
+    api = ", api_version=API_VERSION_TYPED_FFI" if target == "__gpu$TopK" else ""
     return f"""HloModule t
 {TOPK_COMPARATOR % direction}
 ENTRY e {{
   x = f32[{dims(shape)}] parameter(0)
-  t = (f32[{out}], s32[{out}]) custom-call(x), custom_call_target="TopK", called_computations={{cmp}}
+  t = (f32[{out}], s32[{out}]) custom-call(x), custom_call_target="{target}"{api}, called_computations={{cmp}}
   v = f32[{out}] get-tuple-element(t), index=0
   i = s32[{out}] get-tuple-element(t), index=1
   ROOT r = (f32[{out}], s32[{out}]) tuple(v, i)
@@ -134,12 +135,13 @@ def test_topk_custom_call(shape, k, fusion):
     host_matches_interpreter(topk_module(shape, k), fusion)
 
 
+@pytest.mark.parametrize("target", ["TopK", "__gpu$TopK"])  # XLA:CPU's and XLA:GPU's
 @pytest.mark.parametrize("direction", ["GT", "LT"])
-def test_topk_custom_call_matches_xla_on_ties_and_nan(direction):
+def test_topk_custom_call_matches_xla_on_ties_and_nan(direction, target):
     # XLA:CPU's outputs for this input (jax 0.10.2): the largest first, NaN above +inf, ties by
     # lower index; its runtime ignores the comparator, so LT gives the same.
     x = np.array([[1, 2, 2, np.nan, -np.inf, 2, 0, 1], [0, -1, -1, 5, 5, -0.0, np.inf, 5]], np.float32)
-    text = topk_module((2, 8), 3, direction)
+    text = topk_module((2, 8), 3, direction, target)
     module = parse_module(text)
     for got in (literals.flatten(compile_executable(module, "host").run([x])),
                 literals.flatten(evaluate_module(module, [x]))):

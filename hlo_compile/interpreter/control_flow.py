@@ -60,7 +60,7 @@ def _add_dependency(ev, inst, ops):
 @op("custom-call")
 def _custom_call(ev, inst, ops):
     target = inst.attr("custom_call_target")
-    if target in ("TopK", "__cpu$TopK", "xla.cpu.topk") or target.lower() == "topk":
+    if target in ("TopK", "__cpu$TopK", "xla.cpu.topk", "__gpu$TopK") or target.lower() == "topk":
         x = np.asarray(ops[0])
         k = inst.shape.tuple_shapes[0].dimensions[-1]
         v, i = top_k(x, inst.operands[0].shape.element_type, k, True)

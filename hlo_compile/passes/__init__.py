@@ -77,9 +77,9 @@ PASSES: tuple[Pass, ...] = (
     Pass("expand-tuple-copies", "Copies of tuples as tuples of leaf copies (XLA's deep copy); in place.",
          lambda m, c: expand_tuple_copies(m),
          "our kernels copy arrays, not tuples"),
-    Pass("topk-custom-call", "XLA:CPU's TopK custom call as a topk instruction",
+    Pass("topk-custom-call", "XLA's TopK custom calls (XLA:CPU's TopK, XLA:GPU's __gpu$TopK) as a topk instruction",
          lambda m, c: rewrite_topk_custom_calls(m),
-         "no runtime step runs XLA:CPU's TopK custom call; the sort emitter runs the topk it becomes"),
+         "no runtime step runs XLA's TopK custom calls; the sort emitter runs the topk they become"),
     Pass("annotation-calls", "annotation custom calls (MoveToHost/MoveToDevice, LayoutConstraint, Sharding on "
                              "one device) as copies",
          lambda m, c: rewrite_annotation_calls(m),
