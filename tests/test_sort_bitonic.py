@@ -301,14 +301,14 @@ KV_TEXT = _sort_module("3,1000", 1, KEY_LT_S32, ["s32", "f32"])
 def test_report_and_summary(tmp_path):
     spec = _spec(KV_TEXT)
     lines = "\n".join(spec.report_lines())
-    assert "bitonic sort in shared memory" in lines and "tile 1024" in lines and "512 threads" in lines
+    assert "bitonic sort in shared memory" in lines and "tile 1024" in lines and "256 threads" in lines   # XLA: tile / 4
     assert "55 step(s), 56 barriers" in lines and "12288 B static" in lines
     run_pipeline(parse_module(KV_TEXT), CompileOptions(), dump_to=tmp_path)
     (k,) = json.loads((tmp_path / "summary.json").read_text())["kernels"]
     assert k["emitter"] == "sort" and k["algorithm"] == "bitonic"
-    assert k["grid"] == [3, 1, 1] and k["block"] == [512, 1, 1] and k["shared_bytes"] == 0
+    assert k["grid"] == [3, 1, 1] and k["block"] == [256, 1, 1] and k["shared_bytes"] == 0
     assert (k["tile"], k["steps"], k["barriers"], k["static_shared_bytes"]) == (1024, 55, 56, 12288)
-    assert k["comparisons_per_thread"] == 2 * 55
+    assert k["comparisons_per_thread"] == 2 * 55 * 2   # two pairs per thread and step
 
 
 def test_llvm_ir_shared_arrays_and_barriers(tmp_path):

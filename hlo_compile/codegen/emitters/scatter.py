@@ -53,7 +53,7 @@ from ..kernel_builder import KernelBuilder
 from ..launch import LoopConfig, loop_launch_dims, thread_to_output_map
 from ..llvm_types import I32, I64, from_storage, storage_type, to_storage
 from ..partitioner import partition
-from ..target import Target
+from ..target import LaunchDims, Target
 
 _RMW_OPS = {"add": ("fadd", "add", "add"), "maximum": (None, "max", "umax"), "minimum": (None, "min", "umin")}
 
@@ -141,7 +141,12 @@ def plan_scatter_kernel(fusion: HloInstruction, analysis: FusionAnalysis, device
                       "compare-and-swap of the (real, imag) pair, which is not implemented")
     combine = "store" if unique else (f"atomicrmw {op}" if op else "cas")
     num = max(updates.element_count(), 1)
-    config = LoopConfig(1, loop_launch_dims(num, 1, device), updates)
+    loop = loop_launch_dims(num, 1, device)
+    # XLA's ScatterWithDistributedUpdates: the loop launch's threads rounded up to whole warps
+    # (num_warps = ceil(threads / 32)); the work-item map's bound check idles the extra lanes
+    warp = device.threads_per_warp
+    block = (-(-loop.block[0] // warp) * warp, *loop.block[1:])
+    config = LoopConfig(1, LaunchDims(loop.grid, block), updates)
     thread_map = thread_to_output_map(updates, config)
     init = {k: scatter.operands[k].parameter_number for k in range(n)}
     return ScatterKernelSpec(name=kernel_name, fusion=fusion, partitioned=partition(fusion.fused_computation),
@@ -196,7 +201,15 @@ def emit_scatter_kernel(target: Target, spec: ScatterKernelSpec) -> ir.Module:
     ae = AffineEmitter(kb, ids, [kb.index(lo) for lo, _ in m.ranges], bounds=lambda v: m.bound(v))
     if scatter.operands[n + 1].shape.element_count() == 0:
         return kernel.finish()
-    with kb.if_all(ae.in_bounds(m.constraints)):
+    guards = list(ae.in_bounds(m.constraints))
+    count = scatter.operands[n + 1].shape.element_count()
+    if spec.launch.num_threads * spec.launch.num_blocks > count:
+        # the lanes past the updates (whole warps, as XLA launches): the map's simplified
+        # domain may have dropped their bound, so check the work item's number itself
+        block = spec.launch.block[0]
+        linear = b.add(kb.thread_id(0), b.mul(kb.linear_block_id(spec.launch.grid), kb.index(block)))
+        guards.append(b.icmp_unsigned("<", linear, kb.index(count)))
+    with kb.if_all(guards):
         u = ae.emit_all(m.exprs)
         full, conds = _operand_index(kb, fe, scatter, u)
         with kb.if_all(conds), fe.scope():

@@ -86,7 +86,7 @@ def plan_reduction_kernel(fusion: HloInstruction, analysis: FusionAnalysis, devi
     path = VARIANTS[analysis.variant]
     geo = path.geometry(rd, vector_size_fn(heroes, analysis.smallest_input_bits), analysis)
     groups = group_disjoint_reductions(roots, reduce_roots, heroes)
-    grid = (*path.grid(geo), len(groups))
+    grid = (path.grid(geo), 1, len(groups))   # XLA: Product(num_blocks) on x, the groups on z
     if any(n > lim for n, lim in zip(grid, device.block_dim_limit)):
         raise Declined(f"grid {grid} exceeds the launch limits")
     launch = LaunchDims(grid, (geo["threads"], 1, 1))

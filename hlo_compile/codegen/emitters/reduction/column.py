@@ -1,14 +1,17 @@
 """Column reductions (XLA's ``ColumnReductionFusion``; small columns: ``small_column.py``).
 
-Normalised shape ``[a, b, c]`` reduced to ``[a, c]``. Blocks ``[a, ceil(c / (32·v))]`` of
+Normalised shape ``[a, b, c]`` reduced to ``[a, c]``. Blocks ``[a, ceil(c / (32·v))]``
+(linearised on ``blockIdx.x``, as XLA's ``Product(num_blocks_)``) of
 32×32 threads (thread t: ``tx = t mod 32`` picks ``v`` adjacent columns, ``ty = t div 32``
 the rows ``ty, ty + 32, ...``). Each thread folds its rows into ``v`` accumulators, writes
-them transposed into a ``[32·v][33]`` shared tile (padding against bank conflicts; the tiles
+them into XLA's ``[32][32·v + 1]`` shared tile at ``[tx][ty·v + j]`` (padding against bank conflicts; the tiles
 of several reduced values are reused in rounds when they would not fit: ``spec.SharedTiles``), barrier;
-warp ``ty`` then reads column ``ty·v + j`` (lane tx holds row-lane tx's partial), shuffles
+warp ``ty`` then reads ``[ty][tx·v + j]``: column ``ty·v + j`` (lane tx holds row-lane tx's partial), shuffles
 16..1, and lane 0 writes the column's result.
 """
 from __future__ import annotations
+
+import math
 
 from llvmlite import ir
 
@@ -31,8 +34,10 @@ def _emit_column_group(target: Target, spec: ReductionKernelSpec, e: ReductionEm
     t = kb.thread_id(0)
     tx = b.urem(t, kb.index(WARP))
     ty = b.udiv(t, kb.index(WARP))
-    a = kb.block_id(0)
-    c_base = b.mul(kb.block_id(1), kb.index(WARP * v))
+    col_blocks = spec.geometry["blocks"][1]
+    a = b.udiv(kb.block_id(0), kb.index(col_blocks)) if col_blocks > 1 else kb.block_id(0)
+    c_block = b.urem(kb.block_id(0), kb.index(col_blocks)) if col_blocks > 1 else kb.index(0)
+    c_base = b.mul(c_block, kb.index(WARP * v))
     accs = e.new_accumulators(v)
     rows = -(-b_n // WARP)
     with kb.loop(0, rows, name="rows") as k, e.fe.scope():
@@ -48,15 +53,15 @@ def _emit_column_group(target: Target, spec: ReductionKernelSpec, e: ReductionEm
                     c = b.add(c0, kb.index(j)) if j else c0
                     with kb.if_(b.icmp_unsigned("<", c, kb.index(c_n))), e.fe.scope():
                         e.accumulate(accs, j, normalized_linear(kb, spec.rd, a, row, c))
-    pitch = WARP + 1
+    pitch = WARP * v + 1
 
-    def store(arrays):
+    def store(arrays):   # XLA's write map: tile[tx][ty·v + j] holds row ty's partial of column tx·v + j
         for j in range(v):
-            col = b.add(b.mul(tx, kb.index(v)), kb.index(j))
-            e.store_shared(arrays, b.add(b.mul(col, kb.index(pitch)), ty), e.load(accs, j))
+            slot = b.add(b.mul(ty, kb.index(v)), kb.index(j))
+            e.store_shared(arrays, b.add(b.mul(tx, kb.index(pitch)), slot), e.load(accs, j))
 
-    def load(arrays):
-        return [e.load_shared(arrays, b.add(b.mul(b.add(b.mul(ty, kb.index(v)), kb.index(j)), kb.index(pitch)), tx),
+    def load(arrays):    # XLA's read map: lane tx of warp ty reads tile[ty][tx·v + j]: row tx of column ty·v + j
+        return [e.load_shared(arrays, b.add(b.mul(ty, kb.index(pitch)), b.add(b.mul(tx, kb.index(v)), kb.index(j))),
                               None) for j in range(v)]
 
     for j, vals in enumerate(e.exchange("column_tile", store, load)):
@@ -69,8 +74,8 @@ def _emit_column_group(target: Target, spec: ReductionKernelSpec, e: ReductionEm
 
 
 def column_shared_elements(rd: ReductionDimensions, geometry: dict) -> int:
-    """One tile ``[32·v][33]`` per reduced value (``spec.SharedTiles``)."""
-    return WARP * geometry["vector_size"] * (WARP + 1)
+    """One tile ``[32][32·v + 1]`` per reduced value (``spec.SharedTiles``), as XLA's."""
+    return WARP * (WARP * geometry["vector_size"] + 1)
 
 
 def column_geometry(rd: ReductionDimensions, vector_size_fn: VectorSizeFn,
@@ -87,7 +92,8 @@ def column_walks(spec: ReductionKernelSpec):
     constraints)`` and ``(output linear L with b = 0, [vector], writing-thread constraints)``."""
     v = spec.geometry["vector_size"]
     _, b_n, c_n = spec.rd.dimensions
-    th, a, blk = A.dim(0), A.dim(3), A.dim(4)
+    col_blocks = spec.geometry["blocks"][1]
+    th, a, blk = A.dim(0), A.floordiv(A.dim(3), col_blocks), A.mod(A.dim(3), col_blocks)
     tx, ty = A.mod(th, WARP), A.floordiv(th, WARP)
     c_base = A.mul(blk, WARP * v)
     row = A.add(ty, A.mul(A.sym(0), WARP))
@@ -99,5 +105,5 @@ def column_walks(spec: ReductionKernelSpec):
     return inp, out
 
 
-COLUMN = ReductionPath(ReductionVariant.COLUMN, column_geometry, lambda geometry: tuple(geometry["blocks"]),
+COLUMN = ReductionPath(ReductionVariant.COLUMN, column_geometry, lambda geometry: math.prod(geometry["blocks"]),
                        emit_column_kernel, column_walks, column_shared_elements)

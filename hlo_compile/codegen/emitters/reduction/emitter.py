@@ -172,26 +172,28 @@ class ReductionEmitter:
         for inst in starts:
             idx = lane_indices(array_shape(inst))
             if lanes[_shape_key(array_shape(inst))][1]:
-                for param in _same_index_parameters(inst):
-                    self._vector_load(param, idx)
+                for leaf, param in _same_index_parameters(inst):
+                    self._vector_load(leaf, param, idx)
         self._accumulate_lanes(accs, slots, lane_indices)
 
-    def _vector_load(self, param: HloInstruction, lanes: list) -> None:
-        """One ``<v x T>`` load of ``param`` at ``lanes[0]``; lane ``j``'s element is what
-        ``FusedEmitter.value(param, lanes[j])`` returns in this scope."""
+    def _vector_load(self, leaf: HloInstruction, param: HloInstruction, lanes: list) -> None:
+        """One ``<v x T>`` load of ``param`` at ``leaf``'s index ``lanes[0]`` (``leaf`` is the
+        parameter or a chain of bitcasts of it: the same bytes, so ``leaf``'s physical offset
+        is the parameter's); lane ``j``'s element is what ``FusedEmitter.value(leaf,
+        lanes[j])`` returns in this scope."""
         fe, b = self.fe, self.b
-        if fe.known(param, lanes[0]):
+        if fe.known(leaf, lanes[0]):
             return
         et = param.shape.element_type
         st = storage_type(et)
         v = len(lanes)
-        ptr = b.gep(fe.parameter_pointer(param), [fe.offset(param.shape, lanes[0])], inbounds=True,
+        ptr = b.gep(fe.parameter_pointer(param), [fe.offset(leaf.shape, lanes[0])], inbounds=True,
                     source_etype=st)
         vec = b.load(ptr, typ=ir.VectorType(st, v))
         vec.align = min(16, v * storage_bytes(et))   # offset is a multiple of v, buffers 16-byte aligned
         self.target.mark_invariant(vec)
         for j, idx in enumerate(lanes):
-            fe.seed(param, idx, from_storage(b, b.extract_element(vec, ir.Constant(I32, j)), et))
+            fe.seed(leaf, idx, from_storage(b, b.extract_element(vec, ir.Constant(I32, j)), et))
 
     def _accumulate_lanes(self, accs: dict, slots: Sequence[int], lane_indices) -> None:
         b = self.b
@@ -333,10 +335,13 @@ def _shape_key(shape) -> tuple:
     return tuple(shape.dimensions), tuple(shape.minor_to_major)
 
 
-def _same_index_parameters(inst: HloInstruction) -> list[HloInstruction]:
-    """The fusion parameters that ``FusedEmitter.value(inst, idx)`` reads at ``idx`` itself:
-    reached through elementwise ops (not the index-changing ones) with operands of
-    ``inst``'s dimensions and layout."""
+def _same_index_parameters(inst: HloInstruction) -> list[tuple[HloInstruction, HloInstruction]]:
+    """``(leaf, parameter)`` for the fusion parameters that ``FusedEmitter.value(inst, idx)``
+    reads at ``idx`` itself: reached through elementwise ops (not the index-changing ones)
+    with operands of ``inst``'s dimensions and layout. ``leaf`` is the parameter, or a
+    ``bitcast`` of ``inst``'s shape over a chain of bitcasts of it of the same element type
+    (the same bytes: its physical offsets are the parameter's), as XLA's indexing maps see
+    through bitcasts and vectorise the load (``ld.global.v2`` of a bitcast parameter)."""
     key = _shape_key(array_shape(inst))
     out, seen, stack = [], set(), [inst]
     while stack:
@@ -345,8 +350,26 @@ def _same_index_parameters(inst: HloInstruction) -> list[HloInstruction]:
             continue
         seen.add(id(x))
         if x.opcode == "parameter":
-            out.append(x)
+            out.append((x, x))
+        elif x.opcode == "bitcast":
+            param = _bitcast_source(x)
+            if param is not None:
+                out.append((x, param))
         elif x.opcode in ELEMENTWISE and x.opcode not in INDEX_OPS:
             stack.extend(x.operands)
     return out
+
+
+def _bitcast_source(x: HloInstruction) -> HloInstruction | None:
+    """The parameter under a chain of untiled bitcasts of one element type, or None."""
+    et = x.shape.element_type
+    while x.opcode == "bitcast":
+        if x.shape.element_type != et or (x.shape.layout and x.shape.layout.tiles):
+            return None
+        x = x.operands[0]
+    if x.opcode != "parameter" or not x.shape.is_array or x.shape.element_type != et:
+        return None
+    if x.shape.layout and x.shape.layout.tiles:
+        return None
+    return x
 

@@ -107,9 +107,10 @@ def multi_row_geometry(rd: ReductionDimensions, vector_size_fn: VectorSizeFn,
     _, y, x = rd.dimensions
     nr = x // v
     nk = y if y * nr <= 256 else 256 // nr
-    threads = -(-(nr * nk) // WARP) * WARP   # whole warps: extra threads fold nothing
+    # XLA launches exactly nr·nk threads (a partial warp for tiny rows): every row's nr lanes
+    # exist, and the shuffles (distances < nr) never read past the row's own lanes for lane 0
     return {"reduce_threads": nr, "kept_threads": nk, "vector_size": v, "tile": 1,
-            "threads": threads, "blocks": -(-y // nk), "reduced_blocks": 1}
+            "threads": nr * nk, "blocks": -(-y // nk), "reduced_blocks": 1}
 
 
 def row_walks(spec: ReductionKernelSpec):
@@ -138,8 +139,8 @@ def row_shared_elements(rd: ReductionDimensions, geometry: dict) -> int:
     return geometry["kept_threads"] * (warps + (1 if warps % WARP == 0 else 0))
 
 
-def _one_row_of_blocks(geometry: dict) -> tuple[int, int]:
-    return geometry["blocks"], 1
+def _one_row_of_blocks(geometry: dict) -> int:
+    return geometry["blocks"]
 
 
 ROW = ReductionPath(ReductionVariant.ROW, row_geometry, _one_row_of_blocks, emit_row_kernel, row_walks,

@@ -123,5 +123,5 @@ def small_column_walks(spec: ReductionKernelSpec):
 
 
 SMALL_COLUMN = ReductionPath(ReductionVariant.SMALL_COLUMN, small_column_geometry,
-                             lambda geometry: (geometry["blocks"], 1), emit_small_column_kernel, small_column_walks,
+                             lambda geometry: geometry["blocks"], emit_small_column_kernel, small_column_walks,
                              small_column_shared_elements)

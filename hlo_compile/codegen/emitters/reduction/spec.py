@@ -102,14 +102,14 @@ def plan_shared_tiles(elements: int, value_bytes: list[list[int]]) -> SharedTile
 class ReductionPath:
     """One of the reduction kernels (XLA's ``ReductionVariant``s): its launch geometry
     (``geometry(rd, vector size, analysis)``: the parameters reports print; ``grid(geometry)``:
-    grid x and y), its kernel emitter, and its thread -> normalised-position description
+    grid x), its kernel emitter, and its thread -> normalised-position description
     (``walks``, for the indexing maps): ``(input linear position, symbol ranges,
     constraints)`` and ``(output linear position with the reduced coordinates 0, symbol
     ranges, constraints selecting the writing thread)``."""
 
     name: ReductionVariant
     geometry: Callable[[ReductionDimensions, VectorSizeFn, FusionAnalysis], dict]
-    grid: Callable[[dict], tuple[int, int]]
+    grid: Callable[[dict], int]
     emit: Callable[[Target, ReductionKernelSpec], ir.Module]
     walks: Callable[[ReductionKernelSpec], tuple[tuple, tuple]]
     shared_elements: Callable[[ReductionDimensions, dict], int] = _no_shared   # elements of one shared tile

@@ -7,7 +7,9 @@ combination of the other dims; block ``r`` (grid x, then y past the grid's x lim
 ``r`` in three phases:
 
 - Load: the row's length ``n`` is padded to ``P``, the next power of two (at least 2). Each
-  of the ``T = min(P/2, 1024)`` threads handles slots ``t, t + T, t + 2T, ...``; for a slot
+  of the ``T = max(1, P/4)`` threads (XLA's sort: ``tile_size / kUnrollFactor`` threads, each
+  copying 4 adjacent elements) handles the adjacent slots ``t·S .. t·S + S - 1`` (``S = P/T``,
+  4 from ``P = 4`` on); for a slot
   ``s < n`` it computes every operand of the sort at index ``s`` of the row through the
   ``FusedEmitter`` (fused prologue ops are recomputed, as in the rank sort) and stores it in
   that operand's shared array (storage type: ``pred`` and narrow integers as a byte, bf16 and
@@ -15,7 +17,7 @@ combination of the other dims; block ``r`` (grid x, then y past the grid's x lim
   slots get position ``s`` (≥ n) and zero bits, only so that the comparator never reads
   uninitialised memory: it does run on them, but its answer is discarded (see below).
 - Sort: for ``k = 2, 4, ..., P`` and ``j = k/2, ..., 1`` every thread compare-exchanges its
-  ``P/2/T`` pairs ``(i, i + j)`` (``i`` with bit ``j`` clear), ascending where ``i & k == 0``,
+  ``P/2/T`` pairs (2 from ``P = 4`` on) ``(i, i + j)`` (``i`` with bit ``j`` clear), ascending where ``i & k == 0``,
   then a barrier. The order (a strict total order when the comparator is a strict weak
   order) is on (values, position):
 
@@ -43,9 +45,11 @@ with full blocks), there is at least one row, and the arrays — ``P`` elements 
 the positions, each array rounded up to 16 bytes as the targets place them — fit the device's
 static shared memory per block (48 KiB): rows of up to 4096 elements for one or two
 32-bit operands (4096 · 12 B is exactly 48 KiB), up to 2048 for three or four. Otherwise the
-rank sort takes the fusion and says why in its report. Short rows get one small block each too
-(as we understand XLA's GPU sort, which gives every tile of a row a block of half a tile of
-threads). Not measured here yet (no GPU in the session that wrote this): very many very short
+rank sort takes the fusion and says why in its report. Short rows get one small block each too,
+as XLA's GPU sort (``EmitBitonicSortLLVMIR``: tile = the row padded to a power of two, at most
+4096 and what fits 48 KiB; one block of ``tile / 4`` threads per tile; XLA keeps no position
+array: its tile is ``P`` x the operands' bytes, ours adds the ``P`` x 4 B positions that make
+the result the stable sort whatever the comparator). Not measured here yet (no GPU in the session that wrote this): very many very short
 rows leave most lanes of a warp idle, where the rank sort fills 128-thread blocks; a
 measurement could raise ``BITONIC_MIN_ROW``.
 """
@@ -76,6 +80,7 @@ BITONIC_MIN_ROW = 2          # shorter rows (of one element) stay with the rank 
 MAX_THREADS = 1024           # CUDA's limit on threads per block
 SHARED_ALIGN = 16            # both targets start every shared array on a 16-byte boundary
 POSITION_BYTES = 4           # the i32 array of original positions
+UNROLL = 4                   # XLA's kUnrollFactor: adjacent elements a thread copies to shared memory
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,11 +127,11 @@ class BitonicSortKernelSpec(KernelSpec):
 
     # ---- thread -> data maps ----------------------------------------------------------------
     def _slot_map(self) -> IndexingMap:
-        """Row ``bl_y · grid_x + bl_x``, slot ``th_x + s0 · threads`` of it (s0: the thread's
-        slots), as an index of the operands: where the load phase reads and, after sorting,
+        """Row ``bl_y · grid_x + bl_x``, slot ``th_x · slots + s0`` of it (s0: the thread's
+        adjacent slots), as an index of the operands: where the load phase reads and, after sorting,
         the store phase writes (the value is the element of that rank)."""
         row = A.add(A.dim(3), A.mul(A.dim(4), self.launch.grid[0]))
-        slot = A.add(A.dim(0), A.mul(A.sym(0), self.threads))
+        slot = A.add(A.mul(A.dim(0), self.slots_per_thread), A.sym(0))
         outer = [d for k, d in enumerate(self.dims) if k != self.sort_dim]
         index = expr_delinearize(row, outer)
         index.insert(self.sort_dim, slot)
@@ -197,7 +202,8 @@ def plan_bitonic_sort(fusion: HloInstruction, device: DeviceInfo, kernel_name: s
     if shared > limit:
         raise Declined(f"a row padded to {padded} needs {shared} B of shared memory, more than the {limit} B "
                        "of static shared memory per block")
-    threads = min(padded // 2, MAX_THREADS, device.threads_per_block_limit)
+    # XLA's tiled sort kernel: tile_size / kUnrollFactor threads (at least one), 4 slots each
+    threads = min(max(1, padded // UNROLL), MAX_THREADS, device.threads_per_block_limit)
     launch = LaunchDims(split_grid(rows, device, f"{rows} rows need {rows} blocks"), (threads, 1, 1))
     return BitonicSortKernelSpec(name=kernel_name, fusion=fusion, partitioned=partition(fusion.fused_computation),
                                  hero=hero, leaf_outputs=leaves, dims=dims, sort_dim=sort_dim, padded=padded,
@@ -271,6 +277,19 @@ def _per_thread(kb: KernelBuilder, tid: ir.Value, count: int, threads: int, name
         yield b.add(tid, b.mul(q, kb.index(threads)), name=f"{name}.item")
 
 
+@contextmanager
+def _adjacent_slots(kb: KernelBuilder, tid: ir.Value, count: int, name: str) -> Iterator[ir.Value]:
+    """The thread's ``count`` adjacent slots ``tid·count + q`` (XLA's sort: each thread
+    copies ``kUnrollFactor`` adjacent elements, so its loads and stores can be vectors)."""
+    if count == 1:
+        yield tid
+        return
+    b = kb.b
+    base = b.mul(tid, kb.index(count), name=f"{name}.base")
+    with kb.loop(0, count, name=name) as q:
+        yield b.add(base, q, name=f"{name}.item")
+
+
 def _slot_pointer(kb: KernelBuilder, array: ir.Value, et: str | None, s: ir.Value) -> ir.Value:
     t = I32 if et is None else storage_type(et)
     return kb.b.gep(array, [s], inbounds=True, source_etype=t)
@@ -282,7 +301,7 @@ def _load_row(r: _Row) -> None:
     kb, spec, b = r.kb, r.spec, r.kb.b
     n = spec.row_length
     ets = r.element_types()
-    with _per_thread(kb, r.tid, spec.slots_per_thread, spec.threads, "load") as s:
+    with _adjacent_slots(kb, r.tid, spec.slots_per_thread, "load") as s:
         def load_values() -> None:
             with r.fe.scope():
                 idx = r.at(s)
@@ -375,7 +394,7 @@ def _store_row(r: _Row, outputs: Sequence[tuple[object, ir.Value]]) -> None:
     kb, spec, b = r.kb, r.spec, r.kb.b
     n = spec.row_length
     ets = r.element_types()
-    with _per_thread(kb, r.tid, spec.slots_per_thread, spec.threads, "store") as s:
+    with _adjacent_slots(kb, r.tid, spec.slots_per_thread, "store") as s:
         guard = kb.if_(b.icmp_unsigned("<", s, kb.index(n))) if n < spec.padded else nullcontext()
         with guard, r.fe.scope():
             for (shape, ptr), which in zip(outputs, spec.leaf_outputs):
