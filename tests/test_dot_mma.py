@@ -360,7 +360,7 @@ def test_cli_flags_reach_the_options(tmp_path, monkeypatch, args, env, expected)
     seen = []
     real_pipeline, real_compile = pl.run_pipeline, ex.compile_executable
     monkeypatch.setattr(pl, "run_pipeline", lambda m, o, **kw: (seen.append(o), real_pipeline(m, o, **kw))[1])
-    monkeypatch.setattr(ex, "compile_executable", lambda m, p, o=None: (seen.append(o), real_compile(m, p, o))[1])
+    monkeypatch.setattr(ex, "compile_executable", lambda m, p, o=None, **kw: (seen.append(o), real_compile(m, p, o, **kw))[1])
     path = _write(tmp_path, CASES["bf16_in_f32_out_partial"])
     r = CliRunner().invoke(cc.main, [path, *args], env=env)
     assert r.exit_code == 0, r.output

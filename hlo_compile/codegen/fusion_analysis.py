@@ -53,6 +53,7 @@ _BACKEND_KINDS = {"__custom_fusion": EmitterKind.CUSTOM, "__triton": EmitterKind
                   "__triton_gemm": EmitterKind.TRITON, "__triton_nested_gemm_fusion": EmitterKind.TRITON,
                   "__triton_collective": EmitterKind.TRITON, "__triton_softmax": EmitterKind.TRITON,
                   "__cudnn$fusion": EmitterKind.CUDNN}
+_GEMM_BACKEND_KINDS = frozenset({"__triton_gemm", "__triton_nested_gemm_fusion"})
 
 
 # ---- the analysis ----------------------------------------------------------------------------
@@ -176,10 +177,15 @@ def _backend_kind(f: _Fusion) -> _Choice | None:
     backend = _BACKEND_KINDS.get(kind)
     if backend is None:
         return None
-    inner = next(c for c in (rule(f) for rule in HERO_RULES[1:]) if c is not None)
+    # a Triton GEMM fusion is a dot under its epilogue: our dot emitter, before the rules that
+    # would see its transposed or reduced output as a hero of their own
+    gemm = _dot_kind(f) if kind in _GEMM_BACKEND_KINDS else None
+    inner = gemm or next(c for c in (rule(f) for rule in HERO_RULES[1:]) if c is not None)
     ours, why = _our_emitter(inner, f.available)
     detail = f" ({config})" if config else ""
-    if config and ours is not None:
+    if gemm is not None and ours is not None:
+        why += "; the dot emitter tiles it by the config"
+    elif config and ours is not None:
         why += f"; the config is not used: our {ours} emitter chooses its own tiling"
     return replace(inner, xla=backend, ours=ours, heroes_kind=inner.xla,
                    why=f"backend config kind {kind}{detail}: XLA runs it with {backend}, its computation is "

@@ -197,7 +197,53 @@ def dot_hero(roots: Sequence[HloInstruction]) -> HloInstruction | None:
     """The dot of a fusion whose single root is that dot, or elementwise over it (an epilogue):
     the fusion holds exactly one dot and every op on a path from it to the root is elementwise
     with the dot's dimensions (so each output element needs the dot at its own index only)."""
-    return _gemm_hero(roots, "dot")
+    hero = _gemm_hero(roots, "dot")
+    if hero is None and len(roots) == 1 and roots[0].shape.is_array:
+        dots = [i for i in _reachable(roots[0]) if i.opcode == "dot"]
+        if len(dots) == 1 and len(dots[0].operands) == 2 and dot_epilogue_chain(dots[0], roots[0]) is not None:
+            hero = dots[0]
+    return hero
+
+
+# ops that move a dot's elements on their way to the root without combining them
+_MOVES = frozenset({"transpose", "bitcast", "reshape", "copy"})
+
+
+def dot_epilogue_chain(dot: HloInstruction, root: HloInstruction) -> list[HloInstruction] | None:
+    """The instructions from ``dot`` (excluded) to ``root`` (included) when the dot's value
+    reaches the root along exactly one path (each on it has one user and reads its
+    predecessor once) of elementwise ops and element moves (transpose, reshape, copy, a bitcast
+    of untiled layouts): each output element then needs the dot at exactly one index. None
+    otherwise. XLA's Triton GEMM fusions end this way (a transposed or bitcast output)."""
+    chain, x = [], dot
+    while x is not root:
+        users = list(dict.fromkeys(x.users))
+        if len(users) != 1:
+            return None
+        y = users[0]
+        if sum(1 for o in y.operands if o is x) != 1 or not y.shape.is_array:
+            return None
+        if y.opcode in _MOVES:
+            if y.shape.element_count() != x.shape.element_count():
+                return None
+            if y.opcode == "bitcast" and any(s.layout is not None and s.layout.tiles for s in (x.shape, y.shape)):
+                return None
+        elif not is_elementwise(y):
+            return None
+        chain.append(y)
+        x = y
+    return chain
+
+
+def _reachable(root: HloInstruction) -> list[HloInstruction]:
+    seen: dict[int, HloInstruction] = {}
+    stack = [root]
+    while stack:
+        x = stack.pop()
+        if id(x) not in seen:
+            seen[id(x)] = x
+            stack.extend(x.operands)
+    return list(seen.values())
 
 
 def conv_hero(roots: Sequence[HloInstruction]) -> HloInstruction | None:

@@ -37,12 +37,15 @@ from llvmlite import ir
 
 from ....hlo import HloInstruction
 from ...device_info import DeviceInfo
-from ...fusion_analysis import FusionAnalysis, dot_hero
+from ...fusion_analysis import FusionAnalysis, bits_of, dot_hero
+from ...hero_search import dot_epilogue_chain
+from ...kernel import Declined, kernel_index_type
 from ...target import Target
+from .dot_config import DotTiling, dot_tiling
 from .dot_mma import emit_mma_dot_kernel, use_tensor_cores
 from .dot_spec import DotGeometry, DotKernelSpec, DotPath
 from .dot_tiled import emit_tiled_dot_kernel
-from .tiles import BM, MAX_GRID_YZ, MIN_MN, MIN_WORK, gemm_hero, gemm_plan, gemm_refusal
+from .tiles import BM, MAX_GRID_YZ, MIN_MN, MIN_WORK, gemm_plan, gemm_refusal
 
 
 
@@ -67,17 +70,40 @@ PATHS: dict[DotPath, Path] = {
 
 def plan_dot_kernel(fusion: HloInstruction, analysis: FusionAnalysis, device: DeviceInfo,
                     kernel_name: str) -> DotKernelSpec:
-    """The tiled dot plan for ``fusion``; ``Declined`` with the reason where it does not fit."""
-    dot = gemm_hero(fusion, analysis.roots, dot_hero, _refusal)
+    """The tiled dot plan for ``fusion``: the tiling of its Triton GEMM config where it has
+    one (``dot_config.py``), else the fixed tiling; ``Declined`` with the reason where it does
+    not fit."""
+    root = analysis.roots[0]
+    dot = dot_hero(analysis.roots)
+    chain = dot_epilogue_chain(dot, root) if dot is not None else None
+    tiling = None
+    if dot is not None and len(dot.operands) == 2:
+        g = DotGeometry.of(dot)
+        tiling = dot_tiling(fusion, dot, chain, g.m_dims, g.n_dims, len(g.batch))
+    why = _refusal(fusion, dot, tiling)
+    if why is not None:
+        raise Declined(why)
     g = DotGeometry.of(dot)
-    return DotKernelSpec(dot=dot, geometry=g, **gemm_plan(fusion, kernel_name, dot, analysis.roots[0], g.M, g.N, g.B))
+    fields = gemm_plan(fusion, kernel_name, dot, root, g.M, g.N, g.B)
+    if tiling is not None:
+        launch = tiling.launch(g.B, g.M, g.N)
+        fields.update(launch=launch, index_type=kernel_index_type(fusion, launch),
+                      static_shared_bytes=tiling.shared_bytes(max(1, bits_of(fields["acc_type"]) // 8)))
+    return DotKernelSpec(dot=dot, geometry=g, tiling=tiling, epilogue_chain=tuple(chain) if chain else None,
+                         **fields)
 
 
-def _refusal(fusion: HloInstruction, dot: HloInstruction | None) -> str | None:
-    why = gemm_refusal(fusion, dot, "dot")
+def _refusal(fusion: HloInstruction, dot: HloInstruction | None, tiling: DotTiling | None) -> str | None:
+    # pred operands are read as 0/1 in the accumulation type (XLA's Triton GEMMs take them)
+    why = gemm_refusal(fusion, dot, "dot", operands_may_be_pred=True)
     if why is not None:
         return why
     g = DotGeometry.of(dot)
+    if tiling is not None:
+        launch = tiling.launch(g.B, g.M, g.N)
+        if launch.grid[1] > MAX_GRID_YZ or launch.grid[2] > MAX_GRID_YZ or launch.grid[0] >= 2**31:
+            return f"grid too large for the config tiling ({launch.grid})"
+        return None
     if g.B * g.M * g.N * g.K < MIN_WORK:
         return f"tiny dot (B*M*N*K = {g.B * g.M * g.N * g.K} < {MIN_WORK})"
     if g.M < MIN_MN or g.N < MIN_MN:

@@ -53,7 +53,8 @@ from .tiles import BK, BM, BN
 
 
 def use_tensor_cores(target: Target, spec: DotKernelSpec) -> bool:
-    return target.has_tensor_cores() and spec.tensor_core_refusal is None
+    # the tensor-core path keeps its own fixed tiling and launch: not with a config's
+    return target.has_tensor_cores() and spec.tensor_core_refusal is None and spec.tiling is None
 
 
 class _Ix:

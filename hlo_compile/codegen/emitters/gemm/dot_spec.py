@@ -11,6 +11,7 @@ from ....indexing import affine as A
 from ....indexing.indexing_map import IndexingMap
 from ...kernel import KernelSpec
 from ...thread_maps import expr_delinearize, work_item_map
+from .dot_config import DotTiling
 from .mma_layout import (MMA_M, MMA_N, MMA_SHARED_BYTES, MMA_TYPES, SMEM_STRIDE, TILES_M, TILES_N, WARP_SIZE,
                          WARPS_M, WARPS_N, WM, WN, acc_position, warp_origin)
 from .tiles import BK, BM, BN, NUM_THREADS, RM, RN, TX, TY, output_element, staged_element
@@ -72,6 +73,11 @@ class DotKernelSpec(KernelSpec):
     geometry: DotGeometry
     acc_type: str
     static_shared_bytes: int
+    # the Triton config's tiling (``dot_config.py``); None: the fixed tiling of ``tiles.py``
+    tiling: DotTiling | None = None
+    # dot (excluded) to root: one path of elementwise ops and element moves; None: the root is
+    # elementwise over the dot at the dot's own index
+    epilogue_chain: tuple[HloInstruction, ...] | None = None
     # which path the last emission took (tiled or mma), for the report and summary.json
     emitted: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
@@ -86,6 +92,12 @@ class DotKernelSpec(KernelSpec):
         return None
 
     @property
+    def epilogue_moves(self) -> bool:
+        """Whether the root reads the dot through a transpose, bitcast or reshape."""
+        return bool(self.epilogue_chain) and any(i.opcode in ("transpose", "bitcast", "reshape")
+                                                 for i in self.epilogue_chain)
+
+    @property
     def path(self) -> DotPath:
         """What the last emission produced (tiled before any)."""
         return self.emitted.get("path", DotPath.TILED)
@@ -94,8 +106,30 @@ class DotKernelSpec(KernelSpec):
     def thread_to_output_map(self, leaf: int | None = None) -> IndexingMap:
         """``(th_x, ..., bl_z)[i, j] -> output index`` of the tiled path: output ``(m0 + ty +
         16 i, n0 + tx + 16 j)`` of the block's tile (``mma_thread_to_output_map``: the
-        tensor-core path's)."""
-        return self._output_map(*output_element())
+        tensor-core path's). With a config tiling: thread ``tid`` (1-D) at ``(tid % tx, tid //
+        tx)`` of block ``(batch, M tile, N tile)``, register ``(i, j)`` at row ``tid // tx + ty
+        i``, column ``tid % tx + tx j``."""
+        t = self.tiling
+        if t is None:
+            return self._output_map(*output_element())
+        pid, tm, tn = self._config_block()
+        row = A.add(A.floordiv(A.dim(0), t.tx), A.mul(A.sym(0), t.ty))
+        col = A.add(A.mod(A.dim(0), t.tx), A.mul(A.sym(1), t.tx))
+        m = A.add(A.mul(tm, t.bm), row)
+        n = A.add(A.mul(tn, t.bn), col)
+        return self._output_map(m, n, [(0, t.rm - 1), (0, t.rn - 1)], batch=pid,
+                                extra=[(row, 0, t.bm - 1), (col, 0, t.bn - 1)])
+
+    def _config_block(self) -> tuple[A.Expr, A.Expr, A.Expr]:
+        """(batch, M tile, N tile) of the block, as affine expressions of the work-item dims."""
+        t, g = self.tiling, self.geometry
+        tm, tn = t.tiles(g.M, g.N)
+        grid = self.launch.grid
+        pid = A.dim(3)
+        if grid[1] == 1 and grid[2] == 1:
+            return A.floordiv(pid, tm * tn), A.mod(A.floordiv(pid, tn), tm), A.mod(pid, tn)
+        batch = A.dim(5) if grid[1] == 1 else A.add(A.mul(A.dim(5), grid[1]), A.dim(4))
+        return batch, A.floordiv(pid, tn), A.mod(pid, tn)
 
     def mma_thread_to_output_map(self) -> IndexingMap:
         """``(th_x, ..., bl_z)[tm, tn, r] -> output index`` of the tensor-core path: accumulator
@@ -108,11 +142,12 @@ class DotKernelSpec(KernelSpec):
         n = _Affine(A.mul(A.dim(3), BN)) + wn0 + _Affine(A.sym(1)) * MMA_N + dn
         return self._output_map(m.e, n.e, [(0, TILES_M - 1), (0, TILES_N - 1), (0, 3)])
 
-    def _output_map(self, m: A.Expr, n: A.Expr, ranges: list[tuple[int, int]]) -> IndexingMap:
+    def _output_map(self, m: A.Expr, n: A.Expr, ranges: list[tuple[int, int]], batch: A.Expr | None = None,
+                    extra: list | None = None) -> IndexingMap:
         g = self.geometry
-        index = [*expr_delinearize(A.dim(5), g.batch), *expr_delinearize(m, g.m_dims),
+        index = [*expr_delinearize(A.dim(5) if batch is None else batch, g.batch), *expr_delinearize(m, g.m_dims),
                  *expr_delinearize(n, g.n_dims)]
-        return work_item_map(index, self.launch, ranges, [(m, 0, g.M - 1), (n, 0, g.N - 1)])
+        return work_item_map(index, self.launch, ranges, [(m, 0, g.M - 1), (n, 0, g.N - 1), *(extra or [])])
 
     def thread_to_input_map(self, hero: int = 0, operand: int | None = None) -> IndexingMap:
         """``(th_x, ..., bl_z)[k step, s] -> index`` of the dot's lhs (operand 0, default) or
@@ -120,20 +155,44 @@ class DotKernelSpec(KernelSpec):
         BM x BK lhs tile (k fastest) or BK x BN rhs tile (n fastest), both paths. Each element
         is staged by every block of the other operand's tiles (grid x or y): not a bijection."""
         g, lhs = self.geometry, operand in (None, 0)
-        free, k, ranges = staged_element(lhs, g.K)
+        batch, extra = A.dim(5), []
+        if self.tiling is None:
+            free, k, ranges = staged_element(lhs, g.K)
+        else:
+            t = self.tiling
+            batch, tm, tn = self._config_block()
+            tile = t.bm if lhs else t.bn
+            lin = A.add(A.dim(0), A.mul(A.sym(1), t.threads))
+            if lhs:
+                free, kk = A.add(A.mul(tm, t.bm), A.floordiv(lin, t.bk)), A.mod(lin, t.bk)
+            else:
+                free, kk = A.add(A.mul(tn, t.bn), A.mod(lin, t.bn)), A.floordiv(lin, t.bn)
+            k = A.add(A.mul(A.sym(0), t.bk), kk)
+            ranges = [(0, -(-g.K // t.bk) - 1), (0, -(-tile * t.bk // t.threads) - 1)]
+            extra = [(lin, 0, tile * t.bk - 1)]
         shape = self.dot.operands[0 if lhs else 1].shape
         index: list = [None] * shape.rank
-        for dims, values in ((g.lhs_batch if lhs else g.rhs_batch, expr_delinearize(A.dim(5), g.batch)),
+        for dims, values in ((g.lhs_batch if lhs else g.rhs_batch, expr_delinearize(batch, g.batch)),
                              (g.lhs_contract if lhs else g.rhs_contract, expr_delinearize(k, g.k_dims)),
                              (g.lhs_free if lhs else g.rhs_free,
                               expr_delinearize(free, g.m_dims if lhs else g.n_dims))):
             for dim, v in zip(dims, values):
                 index[dim] = v
-        return work_item_map(index, self.launch, ranges, [(free, 0, (g.M if lhs else g.N) - 1), (k, 0, g.K - 1)])
+        return work_item_map(index, self.launch, ranges,
+                             [(free, 0, (g.M if lhs else g.N) - 1), (k, 0, g.K - 1), *extra])
 
     # ---- report ------------------------------------------------------------------------------
     def report_lines(self) -> list[str]:
         g = self.geometry
+        if self.tiling is not None:
+            t = self.tiling
+            return [f"dot %{self.dot.name}: B={g.B} M={g.M} N={g.N} K={g.K}, accumulation {self.acc_type}, "
+                    f"epilogue root %{self.root.name}",
+                    f"{t.text()}: tile {t.bm}x{t.bn}x{t.bk}, {t.threads} threads (1-D, as {t.tx}x{t.ty}, "
+                    f"{t.rm}x{t.rn} outputs per thread), tiled path (XLA's Triton launch)",
+                    f"shared tiles {t.bk}x{t.bm} + {t.bk}x{t.bn}: {self.static_shared_bytes} B static, "
+                    f"index type {self.index_type}",
+                    *self.partitioned.to_text().splitlines()]
         shared = (self._mma_shared_line() if self.path == DotPath.MMA else
                   f"shared tiles {BK}x{BM} + {BK}x{BN}: {self.static_shared_bytes} B static, "
                   f"index type {self.index_type}")
@@ -148,6 +207,12 @@ class DotKernelSpec(KernelSpec):
 
     def summary_fields(self) -> dict:
         shared = MMA_SHARED_BYTES if self.path == DotPath.MMA else self.static_shared_bytes
+        if self.tiling is not None:
+            t = self.tiling
+            return {"tile": [t.bm, t.bn, t.bk], "threads_per_block": t.threads, "register_tile": [t.rm, t.rn],
+                    "accumulation_type": self.acc_type, "path": self.path, "config": t.text(),
+                    "tensor_cores": "not used with a Triton config tiling",
+                    "static_shared_bytes": shared, "index_type": str(self.index_type)}
         return {"tile": [BM, BN, BK], "threads_per_block": NUM_THREADS, "register_tile": [RM, RN],
                 "accumulation_type": self.acc_type, "path": self.path,
                 "tensor_cores": self.tensor_core_refusal or "eligible",

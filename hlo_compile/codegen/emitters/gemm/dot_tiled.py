@@ -11,8 +11,10 @@ from ...kernel import open_kernel
 from ...llvm_types import compute_type
 from ...target import Target
 from .dot_spec import DotKernelSpec
-from .tiles import (BK, BM, BN, RM, RN, TX, TY, bounds, emit_tiled_mainloop, load_or_zero, staged_slots,
-                    store_epilogue)
+from ...elemental_convert import emit_convert
+from .dot_config import epilogue_index
+from .tiles import (BK, BM, BN, NUM_THREADS, RM, RN, TX, TY, bounds, emit_tiled_mainloop, load_or_zero,
+                    staged_slots, store_epilogue)
 
 
 def _operand_index(rank: int, batch_dims, contract_dims, free_dims, bidx, kidx, fidx) -> list:
@@ -39,12 +41,34 @@ class DotKernelEmission:
         g = spec.geometry
         self.fe = self.kernel.fe
         self.out_ptr = self.kernel.outputs[0]
-        tx, ty = kb.thread_id(0), kb.thread_id(1)
+        t = spec.tiling
+        if t is None:
+            self.bm, self.bn, self.bk, self.threads = BM, BN, BK, NUM_THREADS
+            tx, ty = kb.thread_id(0), kb.thread_id(1)
+            self.tid = b.add(tx, b.mul(ty, kb.index(TX)))
+            self.m0 = b.mul(kb.block_id(1), kb.index(BM))
+            self.n0 = b.mul(kb.block_id(0), kb.index(BN))
+            batch = kb.block_id(2)
+        else:
+            # 1-D block and XLA's grid: block -> (batch, M tile, N tile), N tile fastest
+            self.bm, self.bn, self.bk, self.threads = t.bm, t.bn, t.bk, t.threads
+            self.tid = kb.thread_id(0)
+            tx, ty = b.urem(self.tid, kb.index(t.tx)), b.udiv(self.tid, kb.index(t.tx))
+            tm, tn = t.tiles(g.M, g.N)
+            launch = spec.launch
+            if launch.grid[1] == 1 and launch.grid[2] == 1:
+                pid, batch = kb.block_id(0), None
+            else:
+                pid = kb.block_id(0)
+                batch = kb.block_id(2) if launch.grid[1] == 1 else b.add(
+                    b.mul(kb.block_id(2), kb.index(launch.grid[1])), kb.block_id(1))
+            self.n0 = b.mul(b.urem(pid, kb.index(tn)), kb.index(t.bn))
+            rest = b.udiv(pid, kb.index(tn))
+            self.m0 = b.mul(b.urem(rest, kb.index(tm)) if batch is None else rest, kb.index(t.bm))
+            if batch is None:
+                batch = b.udiv(rest, kb.index(tm))
         self.tx, self.ty = tx, ty
-        self.tid = b.add(tx, b.mul(ty, kb.index(TX)))
-        self.m0 = b.mul(kb.block_id(1), kb.index(BM))
-        self.n0 = b.mul(kb.block_id(0), kb.index(BN))
-        self.bidx = kb.delinearize(kb.block_id(2), g.batch) if g.batch else []
+        self.bidx = kb.delinearize(batch, g.batch) if g.batch else []
 
     def _load(self, operand: HloInstruction, index: list, conds: list, tile_et: str, zero: ir.Value) -> ir.Value:
         return load_or_zero(self.kb, self.fe, operand, index, conds, tile_et, zero)
@@ -63,12 +87,13 @@ class DotKernelEmission:
         def store(tile, off, v):
             b.store(v, b.gep(tile, [off], inbounds=True, source_etype=tt))
 
-        k0 = b.mul(step, kb.index(BK))
-        for mm, kk, m, k, conds in staged_slots(kb, tid, True, m0, k0, g.M, g.K):
+        k0 = b.mul(step, kb.index(self.bk))
+        slots = staged_slots if self.spec.tiling is None else self._staged_slots
+        for mm, kk, m, k, conds in slots(kb, tid, True, m0, k0, g.M, g.K):
             index = _operand_index(lhs.shape.rank, g.lhs_batch, g.lhs_contract, g.lhs_free, bidx,
                                    kb.delinearize(k, g.k_dims), kb.delinearize(m, g.m_dims))
             store(a_tile, a_offset(mm, kk), self._load(lhs, index, conds, tile_et, zero))
-        for nn, kk, n, k, conds in staged_slots(kb, tid, False, n0, k0, g.N, g.K):
+        for nn, kk, n, k, conds in slots(kb, tid, False, n0, k0, g.N, g.K):
             index = _operand_index(rhs.shape.rank, g.rhs_batch, g.rhs_contract, g.rhs_free, bidx,
                                    kb.delinearize(k, g.k_dims), kb.delinearize(n, g.n_dims))
             store(b_tile, b_offset(kk, nn), self._load(rhs, index, conds, tile_et, zero))
@@ -79,16 +104,51 @@ class DotKernelEmission:
         stored; then the kernel ends."""
         kb, b, spec, g = self.kb, self.b, self.spec, self.spec.geometry
 
-        def point(mm, nn, slot):
+        def point(mm, nn, slot, extra=()):
             m, n = b.add(self.m0, mm), b.add(self.n0, nn)
-            return (bounds(kb, (m, g.M, BM), (n, g.N, BN)),
+            return ([*extra, *bounds(kb, (m, g.M, self.bm), (n, g.N, self.bn))],
                     lambda: [*self.bidx, *kb.delinearize(m, g.m_dims), *kb.delinearize(n, g.n_dims)], slot)
-        store_epilogue(kb, self.fe, spec.dot, spec.root, spec.acc_type, self.out_ptr,
-                       [point(mm, nn, slot) for mm, nn, slot in points])
+        pts = [point(*p) for p in points]
+        if spec.epilogue_moves:
+            _store_moved_epilogue(kb, self.fe, spec, self.out_ptr, pts)
+        else:
+            store_epilogue(kb, self.fe, spec.dot, spec.root, spec.acc_type, self.out_ptr, pts)
         return self.kernel.finish()
+
+    def _staged_slots(self, kb, tid, lhs: bool, origin, k0, size: int, k_size: int):
+        """``staged_slots`` of the config tiling: element ``tid + threads s`` of the lhs bm x
+        bk tile (k fastest) or the rhs bk x bn tile (n fastest)."""
+        b, bk = kb.b, self.bk
+        tile = self.bm if lhs else self.bn
+        total = tile * bk
+        for s in range(-(-total // self.threads)):
+            lin = b.add(tid, kb.index(s * self.threads))
+            inside = [b.icmp_unsigned("<", lin, kb.index(total))] if (s + 1) * self.threads > total else []
+            if lhs:
+                kk, ff = b.urem(lin, kb.index(bk)), b.udiv(lin, kb.index(bk))
+            else:
+                ff, kk = b.urem(lin, kb.index(tile)), b.udiv(lin, kb.index(tile))
+            free, k = b.add(origin, ff), b.add(k0, kk)
+            yield ff, kk, free, k, [*inside, *bounds(kb, (free, size, tile), (k, k_size, bk))]
+
+
+def _store_moved_epilogue(kb, fe, spec: DotKernelSpec, out_ptr, points) -> None:
+    """``store_epilogue`` for a dot whose value reaches the root through element moves
+    (transpose, bitcast, reshape): the root is computed at the moved index, where it reads the
+    dot at this very point (the chain is one path of bijections, ``dot_epilogue_chain``)."""
+    b, dot, root = kb.b, spec.dot, spec.root
+    current: dict = {}
+    fe.inject(dot, lambda index: current["value"])
+    for conds, index_fn, slot in points:
+        with kb.if_all(conds), fe.scope():
+            index = epilogue_index(kb, list(spec.epilogue_chain), dot, index_fn())
+            current["value"] = emit_convert(b, b.load(slot), spec.acc_type, dot.shape.element_type)
+            fe.store(root.shape, out_ptr, index, fe.root_value(root, index))
 
 
 def emit_tiled_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
+    if spec.tiling is not None:
+        return _emit_configured_dot_kernel(target, spec)
     e = DotKernelEmission(target, spec)
     kb, b = e.kb, e.b
     tx, ty = e.tx, e.ty
@@ -100,3 +160,57 @@ def emit_tiled_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
     # epilogue: the accumulator is the dot's value at this thread's outputs
     return e.epilogue([(b.add(ty, kb.index(TY * i)), b.add(tx, kb.index(TX * j)), slots[i][j])
                        for i in range(RM) for j in range(RN)])
+
+
+def _emit_configured_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
+    """The tiled path with the config's tiling (``DotTiling``): shared bk x bm and bk x bn
+    tiles, each thread's rm x rn register tile, outputs outside the block tile skipped."""
+    e = DotKernelEmission(target, spec)
+    kb, b, t = e.kb, e.b, spec.tiling
+    at = compute_type(spec.acc_type)
+    is_float = spec.acc_type.startswith(("f", "bf"))
+    zero = ir.Constant(at, 0)
+    a_tile = target.shared_array(b, "lhs_tile", at, t.bk * t.bm)
+    b_tile = target.shared_array(b, "rhs_tile", at, t.bk * t.bn)
+    with b.goto_entry_block():
+        slots = [[b.alloca(at, name=f"acc{i}_{j}") for j in range(t.rn)] for i in range(t.rm)]
+    for row in slots:
+        for sl in row:
+            b.store(zero, sl)
+    fma = e.module.declare_intrinsic("llvm.fma", [at], ir.FunctionType(at, [at, at, at])) if is_float else None
+    # rows/columns of a thread's register tile beyond the block tile: clamped reads, no store
+    rows = [b.add(e.ty, kb.index(t.ty * i)) for i in range(t.rm)]
+    cols = [b.add(e.tx, kb.index(t.tx * j)) for j in range(t.rn)]
+    rows_c = [r if (i + 1) * t.ty <= t.bm else b.select(b.icmp_unsigned("<", r, kb.index(t.bm)), r, kb.index(0))
+              for i, r in enumerate(rows)]
+    cols_c = [c if (j + 1) * t.tx <= t.bn else b.select(b.icmp_unsigned("<", c, kb.index(t.bn)), c, kb.index(0))
+              for j, c in enumerate(cols)]
+
+    with kb.loop(0, -(-spec.geometry.K // t.bk), name="kstep") as step:
+        with e.fe.scope():
+            e.stage_tiles(step, spec.acc_type, a_tile, lambda mm, kk: b.add(b.mul(kk, kb.index(t.bm)), mm),
+                          b_tile, lambda kk, nn: b.add(b.mul(kk, kb.index(t.bn)), nn))
+            target.barrier(b)
+            acc = [[b.load(sl) for sl in row] for row in slots]
+            for kk in range(t.bk):
+                a_vals = [b.load(b.gep(a_tile, [b.add(r, kb.index(kk * t.bm))], inbounds=True, source_etype=at),
+                                 typ=at) for r in rows_c]
+                b_vals = [b.load(b.gep(b_tile, [b.add(c, kb.index(kk * t.bn))], inbounds=True, source_etype=at),
+                                 typ=at) for c in cols_c]
+                for i in range(t.rm):
+                    for j in range(t.rn):
+                        acc[i][j] = (b.call(fma, [a_vals[i], b_vals[j], acc[i][j]]) if is_float
+                                     else b.add(acc[i][j], b.mul(a_vals[i], b_vals[j])))
+            for i in range(t.rm):
+                for j in range(t.rn):
+                    b.store(acc[i][j], slots[i][j])
+            target.barrier(b)
+
+    def extra(i, j):
+        out = []
+        if (i + 1) * t.ty > t.bm:
+            out.append(b.icmp_unsigned("<", rows[i], kb.index(t.bm)))
+        if (j + 1) * t.tx > t.bn:
+            out.append(b.icmp_unsigned("<", cols[j], kb.index(t.bn)))
+        return out
+    return e.epilogue([(rows[i], cols[j], slots[i][j], extra(i, j)) for i in range(t.rm) for j in range(t.rn)])

@@ -92,12 +92,14 @@ def _bytes(et: str) -> int:
     return max(1, bits_of(et) // 8)
 
 
-def gemm_refusal(fusion: HloInstruction, hero: HloInstruction | None, what: str) -> str | None:
+def gemm_refusal(fusion: HloInstruction, hero: HloInstruction | None, what: str,
+                 operands_may_be_pred: bool = False) -> str | None:
     """Why the tiled GEMM cannot take ``fusion`` around ``hero`` (a dot or convolution) on
     element types and outputs alone, or None."""
     if hero is None:
         return f"no single {what} hero reachable through elementwise ops"
-    types = [hero.shape.element_type] + [o.shape.element_type for o in hero.operands]
+    types = [hero.shape.element_type] + [o.shape.element_type for o in hero.operands
+                                         if not (operands_may_be_pred and o.shape.element_type == "pred")]
     for t in types:
         if t.startswith("c") or t == "pred" or not t.startswith(("s", "u", "f", "bf")):
             return f"{t} elements"

@@ -1,0 +1,141 @@
+"""The dot emitter on XLA's Triton GEMM configs (``emitters/gemm/dot_config.py``): the
+config's tile, warps and XLA's launch (1-D block of num_warps * 32 threads, XLA's grid), ragged
+edges, batch dims, bf16, epilogues that transpose or bitcast the dot, GEMM fusions the fixed
+tiling refused (tiny dots, pred operands): all on the dot emitter, host = interpreter."""
+from __future__ import annotations
+
+import pytest
+
+from hlo_compile import parse_module
+from hlo_compile.codegen.compiler import plan_module
+from hlo_compile.options import CompileOptions
+from hlo_compile.pipeline import run_pipeline
+
+from codegen_helpers import filecheck, run_on_host
+
+
+def _nested(params: list[str], body: str, out: str, tiles: list[int], warps: int) -> str:
+    sizes = ",".join(f'"{t}"' for t in tiles)
+    decl = "\n".join(f"  p{i} = {p} parameter({i})" for i, p in enumerate(params))
+    args = ", ".join(f"p{i}" for i in range(len(params)))
+    return f"""HloModule m
+gemm {{
+{decl}
+{body}
+}}
+ENTRY e {{
+{decl}
+  ROOT f = {out} fusion({args}), kind=kCustom, calls=gemm, backend_config={{"fusion_backend_config":{{"kind":"__triton_nested_gemm_fusion","block_level_fusion_config":{{"num_warps":"{warps}","output_tiles":[{{"sizes":[{sizes}]}}],"num_ctas":1,"num_stages":1}}}}}}
+}}"""
+
+
+def _dot(lhs: str, rhs: str, out: str, dims: str, block_k: int) -> str:
+    return f'  ROOT d = {out} dot(p0, p1), {dims}, backend_config={{"sizes":["{block_k}"]}}'
+
+
+MM = "lhs_contracting_dims={1}, rhs_contracting_dims={0}"
+BMM = "lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={1}"
+
+CASES = {
+    # block_m=32 block_n=64 block_k=32, 4 warps; M, N, K all ragged (100 = 3*32+4, 90, 70)
+    "f32_32x64x32_w4_ragged": (_nested(["f32[100,70]", "f32[70,90]"],
+                                       _dot("", "", "f32[100,90]", MM, 32), "f32[100,90]", [32, 64], 4),
+                               (8, 1, 1), (128, 1, 1)),
+    "f32_batch_1x16x8_w2": (_nested(["f32[3,40,50]", "f32[3,50,24]"],
+                                    _dot("", "", "f32[3,40,24]", BMM, 16), "f32[3,40,24]", [1, 16, 8], 2),
+                            (27, 1, 1), (64, 1, 1)),
+    "bf16_16x32x16_w2": (_nested(["bf16[64,48]", "bf16[48,40]"],
+                                 _dot("", "", "bf16[64,40]", MM, 16), "bf16[64,40]", [16, 32], 2),
+                         (8, 1, 1), (64, 1, 1)),
+    "tiny_4x10x32": (_nested(["f32[4,32]", "f32[32,10]"],
+                             _dot("", "", "f32[4,10]", MM, 16), "f32[4,10]", [16, 8], 2),
+                     (2, 1, 1), (64, 1, 1)),
+    # the root transposes the dot (fused_attention's gemm_fusion_dot.3): tiles of the root's dims
+    "transposed_root": (_nested(["f32[2,64,64]", "f32[64,2,64]"], """  t = f32[2,64,64]{2,0,1} transpose(p1), dimensions={1,0,2}
+  d = f32[2,64,64] dot(p0, t), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}, backend_config={"sizes":["64"]}
+  ROOT r = f32[64,2,64] transpose(d), dimensions={1,0,2}""", "f32[64,2,64]", [16, 1, 8], 2), (64, 1, 1), (64, 1, 1)),
+    # a column-major dot bitcast to the row-major root, then scaled (attn_backward's gemm_fusion_dot.9)
+    "bitcast_root": (_nested(["f32[8,32,64]", "f32[8,64,64]"], """  d = f32[8,64,32]{1,2,0} dot(p1, p0), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={2}, backend_config={"sizes":["16"]}
+  c = f32[8,32,64]{2,1,0} bitcast(d)
+  two = f32[] constant(2)
+  bc = f32[8,32,64] broadcast(two), dimensions={}
+  ROOT r = f32[8,32,64] multiply(c, bc)""", "f32[8,32,64]", [1, 8, 16], 2), (128, 1, 1), (64, 1, 1)),
+    "pred_operand": (_nested(["f32[8,16]", "pred[16,12]"], """  c = f32[16,12] convert(p1)
+  ROOT d = f32[8,12] dot(p0, c), lhs_contracting_dims={1}, rhs_contracting_dims={0}, backend_config={"sizes":["16"]}""",
+                             "f32[8,12]", [16, 8], 2), (2, 1, 1), (64, 1, 1)),
+}
+
+LEGACY = """HloModule m
+gemm {
+  a = f32[2,100,70] parameter(0)
+  b = f32[2,70,90] parameter(1)
+  ROOT d = f32[2,100,90] dot(a, b), lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={1}
+}
+ENTRY e {
+  a = f32[2,100,70] parameter(0)
+  b = f32[2,70,90] parameter(1)
+  ROOT f = f32[2,100,90] fusion(a, b), kind=kCustom, calls=gemm, backend_config={"fusion_backend_config":{"kind":"__triton_gemm","triton_gemm_config":{"block_m":"32","block_n":"64","block_k":"32","split_k":"1","num_stages":"2","num_warps":"4","num_ctas":"1"}}}
+}"""
+
+
+def _kernel(module, **opts):
+    (k,) = [k for k in plan_module(module, CompileOptions(**opts)).kernels]
+    return k
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_config_tiling_launch_and_results(name):
+    text, grid, block = CASES[name]
+    module = parse_module(text)
+    k = _kernel(module)
+    assert k.analysis.emitter == "dot", k.analysis.reason
+    assert "tiles it by the config" in k.analysis.reason
+    assert k.launch.grid == grid and k.launch.block == block
+    assert k.spec.tiling is not None and k.spec.summary_fields()["threads_per_block"] == block[0]
+    ok, report = run_on_host(module, seed=3)
+    assert ok, report
+
+
+def test_config_tile_figures():
+    k = _kernel(parse_module(CASES["f32_32x64x32_w4_ragged"][0]))
+    t = k.spec.tiling
+    assert (t.bm, t.bn, t.bk, t.threads) == (32, 64, 32, 128)
+    assert t.tx * t.ty == 128 and t.rm * t.ty >= 32 and t.rn * t.tx >= 64
+    assert k.spec.static_shared_bytes == (32 * 32 + 32 * 64) * 4
+    # thread -> output map: every output element once (checked through the indexing stage)
+    assert "th_x" in k.spec.thread_to_output_map().to_text()
+
+
+def test_legacy_triton_gemm_config():
+    module = parse_module(LEGACY)
+    k = _kernel(module)
+    assert k.analysis.emitter == "dot", k.analysis.reason
+    assert k.launch.grid == (8, 1, 2) and k.launch.block == (128, 1, 1)
+    ok, report = run_on_host(module, seed=4)
+    assert ok, report
+
+
+def test_tensor_cores_keep_the_config_launch():
+    """--tensor-cores: a bf16 dot with a config keeps XLA's launch (the tiled path); the
+    tensor-core path stays for dots without one (tests/test_dot_mma.py)."""
+    module = parse_module(CASES["bf16_16x32x16_w2"][0])
+    out = run_pipeline(module, CompileOptions(arch="sm_80", dot_tensor_cores=True), emit="ptx")
+    assert "mma.sync" not in out.artifacts["ptx"]
+
+
+def test_ptx_config_tiles(tmp_path):
+    module = parse_module(CASES["f32_32x64x32_w4_ragged"][0])
+    ptx = run_pipeline(module, CompileOptions(arch="sm_90"), emit="ptx").artifacts["ptx"]
+    filecheck(ptx, """
+CHECK: .visible .entry f(
+CHECK-DAG: .shared .align 16 .b8 lhs_tile[4096]
+CHECK-DAG: .shared .align 16 .b8 rhs_tile[8192]
+CHECK: mov.u32 %r{{[0-9]+}}, %ctaid.x;
+CHECK: st.shared
+CHECK: bar.sync 0;
+CHECK: ld.shared
+CHECK: fma.rn.f32
+CHECK: bar.sync 0;
+CHECK: st.global
+CHECK: ret;
+""", tmp_path)
