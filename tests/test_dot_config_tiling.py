@@ -139,3 +139,19 @@ CHECK: bar.sync 0;
 CHECK: st.global
 CHECK: ret;
 """, tmp_path)
+
+
+def test_tile_smaller_than_the_block_stages_nothing_past_it():
+    """XLA:GPU's one-hot GEMM of a k-means step (lax_while_kmeans: pred[60,4] contracted on
+    dim 0 with f32[60,2]; config tiles 16x8 clamped to 4x2, block_k 16, 2 warps): the 2x16 rhs
+    tile has 32 elements for 64 threads. The other 32 threads must store nothing into shared
+    memory (they wrote past the tile: heap corruption on the host, 'corrupted size vs.
+    prev_size'); the result must match the interpreter on every run."""
+    from pathlib import Path
+    text = (Path(__file__).resolve().parent / "data" / "gemm" / "small_tile_more_threads.hlo").read_text()
+    module = parse_module(text)
+    plan = plan_module(module, CompileOptions(arch="sm_90"))
+    assert plan.kernels[0].launch.block == (64, 1, 1)
+    for seed in range(3):
+        ok, report = run_on_host(module, seed=seed)
+        assert ok, report

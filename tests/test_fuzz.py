@@ -182,13 +182,16 @@ def test_runner_matches_and_classifies_refusals():
     res = run_case(generate(3).text, 3)
     assert res.reference.status == "ok"
     assert {o.mode for o in res.outcomes} == {"fusion", "no-fusion"}
+    # the stateful rng op: the interpreter runs it, our code generation refuses it by name
     refused = run_case("""HloModule m
 ENTRY e {
-  a = f32[4,4] parameter(0)
-  ROOT c = f32[4,4] cholesky(a), lower=true
+  a = f32[] parameter(0)
+  b = f32[] constant(1)
+  ROOT c = f32[4,4] rng(a, b), distribution=rng_uniform
 }""", 0, modes=("no-fusion",))
+    assert refused.reference.status == "ok"
     assert [o.status for o in refused.outcomes] == ["refused"]
-    assert refused.outcomes[0].op == "cholesky"
+    assert refused.outcomes[0].op == "rng"
 
 
 def test_runner_reports_wrong_results_and_crashes(monkeypatch):

@@ -155,7 +155,8 @@ class DotKernelSpec(KernelSpec):
         BM x BK lhs tile (k fastest) or BK x BN rhs tile (n fastest), both paths. Each element
         is staged by every block of the other operand's tiles (grid x or y): not a bijection."""
         g, lhs = self.geometry, operand in (None, 0)
-        batch, extra = A.dim(5), []
+        batch: A.Expr = A.dim(5)
+        extra: list = []
         if self.tiling is None:
             free, k, ranges = staged_element(lhs, g.K)
         else:

@@ -84,22 +84,27 @@ class DotKernelEmission:
         zero = ir.Constant(tt, 0)
         bidx, m0, n0 = self.bidx, self.m0, self.n0
 
-        def store(tile, off, v):
-            b.store(v, b.gep(tile, [off], inbounds=True, source_etype=tt))
+        def store(tile, offset, v, guard):
+            # guard: the slot lies past the tile (more threads than tile elements): no store at all
+            if not guard:
+                b.store(v, b.gep(tile, [offset()], inbounds=True, source_etype=tt))
+                return
+            with b.if_then(guard[0]):
+                b.store(v, b.gep(tile, [offset()], inbounds=True, source_etype=tt))
 
         k0 = b.mul(step, kb.index(self.bk))
         slots = staged_slots if self.spec.tiling is None else self._staged_slots
-        for mm, kk, m, k, conds in slots(kb, tid, True, m0, k0, g.M, g.K):
+        for mm, kk, m, k, conds, *guard in slots(kb, tid, True, m0, k0, g.M, g.K):
             index = _operand_index(lhs.shape.rank, g.lhs_batch, g.lhs_contract, g.lhs_free, bidx,
                                    kb.delinearize(k, g.k_dims), kb.delinearize(m, g.m_dims))
-            store(a_tile, a_offset(mm, kk), self._load(lhs, index, conds, tile_et, zero))
-        for nn, kk, n, k, conds in slots(kb, tid, False, n0, k0, g.N, g.K):
+            store(a_tile, lambda mm=mm, kk=kk: a_offset(mm, kk), self._load(lhs, index, conds, tile_et, zero), guard)
+        for nn, kk, n, k, conds, *guard in slots(kb, tid, False, n0, k0, g.N, g.K):
             index = _operand_index(rhs.shape.rank, g.rhs_batch, g.rhs_contract, g.rhs_free, bidx,
                                    kb.delinearize(k, g.k_dims), kb.delinearize(n, g.n_dims))
-            store(b_tile, b_offset(kk, nn), self._load(rhs, index, conds, tile_et, zero))
+            store(b_tile, lambda nn=nn, kk=kk: b_offset(kk, nn), self._load(rhs, index, conds, tile_et, zero), guard)
 
-    def epilogue(self, points: Sequence[tuple[ir.Value, ir.Value, ir.Value]]) -> ir.Module:
-        """Each (m, n, slot) of this thread: the accumulator in ``slot`` (at row ``m0 + m``,
+    def epilogue(self, points: Sequence[tuple]) -> ir.Module:
+        """Each (m, n, slot[, extra store conditions]) of this thread: the accumulator in ``slot`` (at row ``m0 + m``,
         column ``n0 + n`` of the canonical output) injected as the dot's value and the root
         stored; then the kernel ends."""
         kb, b, spec, g = self.kb, self.b, self.spec, self.spec.geometry
@@ -117,7 +122,9 @@ class DotKernelEmission:
 
     def _staged_slots(self, kb, tid, lhs: bool, origin, k0, size: int, k_size: int):
         """``staged_slots`` of the config tiling: element ``tid + threads s`` of the lhs bm x
-        bk tile (k fastest) or the rhs bk x bn tile (n fastest)."""
+        bk tile (k fastest) or the rhs bk x bn tile (n fastest); a sixth item, the condition
+        that the slot lies inside the tile, where a tile has fewer elements than the block has
+        threads (those slots load nothing and store nothing)."""
         b, bk = kb.b, self.bk
         tile = self.bm if lhs else self.bn
         total = tile * bk
@@ -129,7 +136,7 @@ class DotKernelEmission:
             else:
                 ff, kk = b.urem(lin, kb.index(tile)), b.udiv(lin, kb.index(tile))
             free, k = b.add(origin, ff), b.add(k0, kk)
-            yield ff, kk, free, k, [*inside, *bounds(kb, (free, size, tile), (k, k_size, bk))]
+            yield (ff, kk, free, k, [*inside, *bounds(kb, (free, size, tile), (k, k_size, bk))], *inside)
 
 
 def _store_moved_epilogue(kb, fe, spec: DotKernelSpec, out_ptr, points) -> None:
