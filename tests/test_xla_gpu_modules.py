@@ -13,19 +13,20 @@ from pathlib import Path
 import pytest
 
 from bench.xla_gpu_corpus import check
+from bench.xla_gpu_corpus.layout import find_cases, group_of
 
 DATA = Path(__file__).resolve().parent / "data" / "xla_gpu"
 PLATFORMS = ["host", "interpreter"]
 
 
 def _cases() -> list[Path]:
-    return check.find_cases([DATA]) if DATA.is_dir() else []
+    return find_cases([DATA]) if DATA.is_dir() else []
 
 
 def test_subset_is_there_and_covers_the_groups():
     cases = _cases()
     assert len(cases) >= 20, f"only {len(cases)} committed XLA:GPU cases under {DATA}"
-    groups = {check.group_of(c, [DATA]) for c in cases}
+    groups = {group_of(c) for c in cases}
     for wanted in ("jax", "models", "xla", "programs", "spmd"):
         assert any(g.startswith(wanted) for g in groups), f"no {wanted} case in {sorted(groups)}"
     archs = {json.loads((c / "case.json").read_text())["arch_requested"] for c in cases}
@@ -36,7 +37,7 @@ def test_subset_is_there_and_covers_the_groups():
 @pytest.mark.parametrize("case", _cases(), ids=lambda c: f"{c.parent.parent.name}-{c.parent.name}-{c.name}")
 def test_xla_gpu_module_compiles_and_matches_xla(case: Path):
     ns = argparse.Namespace(platforms=PLATFORMS, compile_timeout=300.0, run_timeout=600.0)
-    result = check.check_case(case, check.group_of(case, [DATA]), ns, check.has_ptxas())
+    result = check.check_case(case, group_of(case), ns, check.has_ptxas())
     bad = {k: f"{s.status}: {s.message}" for k, s in result.steps.items() if s.status != "ok"}
     assert not bad, bad
 

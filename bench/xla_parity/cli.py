@@ -14,20 +14,9 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from ..xla_gpu_corpus.layout import find_cases
 from .case import compare_case
 from .report import difference_kinds, family_table, kernel_lines, summarize, summary_line
-
-
-def find_cases(paths: list[str]) -> list[Path]:
-    """Case folders (holding ``case.json``) under ``paths``, sorted, each once."""
-    out: list[Path] = []
-    for p in paths:
-        root = Path(p)
-        if (root / "case.json").is_file():
-            out.append(root)
-        elif root.is_dir():
-            out.extend(sorted(c.parent for c in root.rglob("case.json")))
-    return list(dict.fromkeys(out))
 
 
 def _jobs_default() -> int:

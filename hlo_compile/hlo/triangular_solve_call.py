@@ -30,16 +30,10 @@ TRANSPOSE_KINDS = ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT")
 SOLVE_TYPES = ("f32", "f64", "c64", "c128")
 
 
-@dataclass(frozen=True)
-class TriangularSolve:
-    left_side: bool
-    lower: bool
-    unit_diagonal: bool
-    transpose_a: str          # NO_TRANSPOSE, TRANSPOSE or ADJOINT
-    a: Shape                  # [..., k, k]
-    b: Shape                  # [..., m, n]
-    result: Shape             # the solution's shape (b's dimensions, the declared layout)
-    is_call: bool             # the cuBLAS custom call (a tuple result with a workspace)
+class _OnMatrices:
+    """What both ops read off their ``a [..., k, k]``: the batch rank and the element type."""
+
+    a: Shape
 
     @property
     def batch_rank(self) -> int:
@@ -48,6 +42,18 @@ class TriangularSolve:
     @property
     def element_type(self) -> str:
         return self.a.element_type
+
+
+@dataclass(frozen=True)
+class TriangularSolve(_OnMatrices):
+    left_side: bool
+    lower: bool
+    unit_diagonal: bool
+    transpose_a: str          # NO_TRANSPOSE, TRANSPOSE or ADJOINT
+    a: Shape                  # [..., k, k]
+    b: Shape                  # [..., m, n]
+    result: Shape             # the solution's shape (b's dimensions, the declared layout)
+    is_call: bool             # the cuBLAS custom call (a tuple result with a workspace)
 
 
 def is_triangular_solve(inst: HloInstruction) -> bool:
@@ -109,7 +115,7 @@ def parse_triangular_solve(inst: HloInstruction) -> TriangularSolve:
 
 
 @dataclass(frozen=True)
-class Cholesky:
+class Cholesky(_OnMatrices):
     """``cholesky(a), lower=L``: ``a [..., k, k]`` Hermitian positive definite, of which only the
     triangle ``lower`` names is read; the factor (``l l^H = a`` or ``u^H u = a``) comes back in
     that triangle. XLA leaves the other triangle and a matrix that is not positive definite
@@ -119,14 +125,6 @@ class Cholesky:
 
     lower: bool
     a: Shape
-
-    @property
-    def batch_rank(self) -> int:
-        return self.a.rank - 2
-
-    @property
-    def element_type(self) -> str:
-        return self.a.element_type
 
 
 def parse_cholesky(inst: HloInstruction) -> Cholesky:

@@ -2,6 +2,7 @@
 (``DotKernelEmission``: the kernel, the block's output origin, operand staging, epilogue)."""
 from __future__ import annotations
 
+import contextlib
 from typing import Sequence
 
 from llvmlite import ir
@@ -85,11 +86,9 @@ class DotKernelEmission:
         bidx, m0, n0 = self.bidx, self.m0, self.n0
 
         def store(tile, offset, v, guard):
-            # guard: the slot lies past the tile (more threads than tile elements): no store at all
-            if not guard:
-                b.store(v, b.gep(tile, [offset()], inbounds=True, source_etype=tt))
-                return
-            with b.if_then(guard[0]):
+            # guard: whether the slot lies inside the tile (when the block has more threads than
+            # the tile elements); outside it nothing is stored, not even the address computed
+            with b.if_then(guard[0]) if guard else contextlib.nullcontext():
                 b.store(v, b.gep(tile, [offset()], inbounds=True, source_etype=tt))
 
         k0 = b.mul(step, kb.index(self.bk))
