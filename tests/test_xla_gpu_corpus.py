@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from hlo_compile.cli.common import read_modules
+from hlo_compile.codegen.perf_model import instruction_flops
 from hlo_compile.hlo.errors import HloError
 from hlo_compile.options import CompileOptions
 from hlo_compile.pipeline import run_pipeline
@@ -45,23 +46,9 @@ def _too_big(module) -> bool:
             shapes = inst.shape.tuple_shapes if inst.shape.is_tuple else [inst.shape]
             if any(s.is_array and s.element_count() > MAX_ELEMENTS for s in shapes):
                 return True
-            if inst.opcode == "dot" and inst.shape.is_array:
-                k = inst.operands[0].shape.element_count() // max(1, _free_elements(inst))
-                if 2.0 * inst.shape.element_count() * max(1, k) > MAX_FLOPS:
-                    return True
+            if inst.opcode == "dot" and instruction_flops(inst) > MAX_FLOPS:  # the cost model's count
+                return True
     return False
-
-
-def _free_elements(dot) -> int:
-    """The lhs elements outside its contracting dimensions (kept in the ``lhs_contracting_dims``
-    attribute, read through ``HloInstruction.dot_dimension_numbers``)."""
-    lhs = dot.operands[0].shape.dimensions
-    contracting = set(dot.dot_dimension_numbers.lhs_contracting_dimensions)
-    n = 1
-    for i, d in enumerate(lhs):
-        if i not in contracting:
-            n *= d
-    return n
 
 
 def test_max_flops_guard_fires_for_a_large_dot():
@@ -79,7 +66,7 @@ ENTRY e {{
 """)
 
     big = dot(1024, 2048, 1024)
-    assert _free_elements(big.entry.root) == 1024
+    assert instruction_flops(big.entry.root) == 2 * 1024 * 1024 * 2048  # contracting size 2048 read
     assert _too_big(big)
     assert not _too_big(dot(1024, 1, 1024))
 

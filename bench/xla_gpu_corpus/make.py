@@ -82,6 +82,7 @@ def run_tool(tool: Path, args: list[str], out: Path, env: dict[str, str], log: P
 
 def _small_enough(module) -> str | None:
     """Why a module is left out of the xla group, or None."""
+    from hlo_compile.codegen.perf_model import instruction_flops  # noqa: PLC0415
     for comp in module.computations:
         for inst in comp.instructions:
             if inst.opcode in SKIP_OPCODES:
@@ -96,13 +97,8 @@ def _small_enough(module) -> str | None:
                     return f"{inst.name}: a {s} value"
                 if s.element_count() > MAX_ELEMENTS:
                     return f"{inst.name}: {s.element_count()} elements"
-            if inst.opcode == "dot":
-                contracting = 1
-                lhs = inst.operands[0].shape
-                for d in inst.dot_dimension_numbers.lhs_contracting_dimensions:
-                    contracting *= lhs.dimensions[d]
-                if 2.0 * inst.shape.element_count() * contracting > MAX_DOT_FLOPS:
-                    return f"{inst.name}: a dot of more than {MAX_DOT_FLOPS:g} flops"
+            if inst.opcode == "dot" and instruction_flops(inst) > MAX_DOT_FLOPS:
+                return f"{inst.name}: a dot of more than {MAX_DOT_FLOPS:g} flops"
     for p in module.entry.parameters:
         if p.shape.is_token:
             return "a token parameter"

@@ -236,6 +236,7 @@ def dot_epilogue_chain(dot: HloInstruction, root: HloInstruction) -> list[HloIns
 
 
 def _reachable(root: HloInstruction) -> list[HloInstruction]:
+    """``root`` and every instruction it reads, directly or not (each once)."""
     seen: dict[int, HloInstruction] = {}
     stack = [root]
     while stack:
@@ -258,13 +259,7 @@ def _gemm_hero(roots: Sequence[HloInstruction], opcode: str) -> HloInstruction |
     comp = roots[0].parent if getattr(roots[0], "parent", None) is not None else None
     dots = [i for i in (comp.instructions if comp is not None else []) if i.opcode == opcode]
     if comp is None:  # find the dot by walking up from the root
-        seen, stack = set(), [roots[0]]
-        while stack:
-            x = stack.pop()
-            if id(x) not in seen:
-                seen.add(id(x))
-                dots += [x] if x.opcode == opcode else []
-                stack.extend(x.operands)
+        dots = [x for x in _reachable(roots[0]) if x.opcode == opcode]
     if len(dots) != 1 or len(dots[0].operands) != 2:
         return None
     dot, root = dots[0], roots[0]

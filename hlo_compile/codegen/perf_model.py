@@ -93,14 +93,16 @@ def count_flops(computation) -> tuple[int, int]:
     2 per multiply-add of a dot or convolution; data movement is free."""
     total = f64 = 0
     for inst in computation.instructions:
-        n = _instruction_flops(inst)
+        n = instruction_flops(inst)
         total += n
         if inst.shape.is_array and inst.shape.element_type == "f64":
             f64 += n
     return total, f64
 
 
-def _instruction_flops(inst: HloInstruction) -> int:
+def instruction_flops(inst: HloInstruction) -> int:
+    """Floating-point operations of one execution of ``inst`` (a dot: 2 x output elements x
+    contracting size), as the cost model counts them."""
     op = inst.opcode
     if op in _FREE or not inst.shape.is_array and op not in ("reduce", "sort", "scatter"):
         return 0
@@ -142,7 +144,7 @@ def _elements(shape) -> int:
 
 def _ops(comp) -> int:
     try:
-        return max(1, sum(_instruction_flops(i) for i in comp.instructions))
+        return max(1, sum(instruction_flops(i) for i in comp.instructions))
     except (AttributeError, KeyError, TypeError):
         return 1
 
@@ -331,7 +333,7 @@ def _flops_of(comp, opcodes: tuple[str, ...]) -> tuple[int, int]:
     total = f64 = 0
     for inst in comp.instructions:
         if inst.opcode in opcodes:
-            n = _instruction_flops(inst)
+            n = instruction_flops(inst)
             total += n
             if inst.shape.is_array and inst.shape.element_type == "f64":
                 f64 += n
