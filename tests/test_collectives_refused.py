@@ -13,8 +13,8 @@ from hlo_compile import parse_module
 from hlo_compile.hlo.errors import HloUnsupportedError
 from hlo_compile.interpreter import evaluate_module
 from hlo_compile.hlo.collective_groups import World, world_of
-from hlo_compile.runtime.program import STEP_TYPES
-from hlo_compile.runtime.runnable import RUNNABLE_OPCODES
+from hlo_compile.runtime.program import STEP_BUILDERS, STEP_TYPES
+from hlo_compile.runtime.runnable import RUNNABLE_OPCODES, STEP_KINDS
 
 ADD = """add {
   a = f32[] parameter(0)
@@ -74,7 +74,10 @@ def test_participants_are_counted_from_the_header():
 
 
 def test_runtime_steps_and_the_compile_check_agree():
-    assert set(STEP_TYPES) == set(RUNNABLE_OPCODES)
+    # one list of opcodes (runnable.STEP_KINDS): every kind it names has a builder, and no
+    # builder is left without an opcode
+    assert set(STEP_KINDS.values()) == set(STEP_BUILDERS)
+    assert set(STEP_TYPES) == set(RUNNABLE_OPCODES) == set(STEP_KINDS)
 
 
 @pytest.mark.parametrize("tool", ["hlo-compile", "hlo-run"])

@@ -197,6 +197,7 @@ def _async_start(inst: HloInstruction, builder: Any) -> Step:
     return AsyncStart(inst, builder.program(calls))
 
 
+# step kind (``runnable.STEP_KINDS``; each named as its opcode) → its builder
 STEPS: dict[str, Callable[[HloInstruction, Any], Step]] = {
     "copy-start": lambda inst, b: CopyStart(inst),
     "copy-done": lambda inst, b: CopyDone(inst),

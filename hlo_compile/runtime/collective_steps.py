@@ -181,12 +181,9 @@ def _collective(inst: HloInstruction, builder: Any) -> Step:
     return Collective(inst, base_opcode(inst.opcode))
 
 
+# step kind (``runnable.STEP_KINDS``) → its builder
 STEPS: dict[str, Callable[[HloInstruction, Any], Step]] = {
-    **{op: _collective for op in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
-                                  "collective-broadcast", "ragged-all-to-all", "all-reduce-start",
-                                  "all-gather-start", "collective-permute-start")},
-    **{op: (lambda inst, b: CollectiveDone(inst)) for op in ("all-reduce-done", "all-gather-done",
-                                                            "collective-permute-done")},
-    "partition-id": lambda inst, b: LogicalId(inst),
-    "replica-id": lambda inst, b: LogicalId(inst),
+    "collective": _collective,
+    "collective-done": lambda inst, b: CollectiveDone(inst),
+    "logical-id": lambda inst, b: LogicalId(inst),
 }

@@ -17,7 +17,7 @@ from .control_flow import Conditional, While
 from .fft_steps import fft_step
 from .library_steps import library_step
 from .platform import Platform
-from .runnable import unsupported
+from .runnable import STEP_KINDS, unsupported
 from .steps import (Bitcast, Constant, Frame, GetTupleElement, KernelLaunch, MakeTuple, Parameter, PassThrough,
                     Resources, Step, settle)
 
@@ -74,22 +74,25 @@ def _conditional(inst: HloInstruction, b: ProgramBuilder) -> Step:
     return Conditional(inst, branches, by_index=False)
 
 
-# opcode → the step that runs it
-STEP_TYPES: dict[str, Callable[[HloInstruction, ProgramBuilder], Step]] = {
+# step kind → the builder of its step
+STEP_BUILDERS: dict[str, Callable[[HloInstruction, ProgramBuilder], Step]] = {
     "parameter": lambda inst, b: Parameter(inst),
     "constant": lambda inst, b: Constant(inst),
     "bitcast": lambda inst, b: Bitcast(inst),
-    "opt-barrier": lambda inst, b: PassThrough(inst),
+    "pass-through": lambda inst, b: PassThrough(inst),
     "get-tuple-element": lambda inst, b: GetTupleElement(inst),
     "tuple": lambda inst, b: MakeTuple(inst),
-    "fusion": lambda inst, b: KernelLaunch(inst, b.plan.kernel_for(inst)),
+    "kernel": lambda inst, b: KernelLaunch(inst, b.plan.kernel_for(inst)),
     "while": _while,
     "conditional": _conditional,
-    "custom-call": library_step,
+    "library-call": library_step,
     "fft": fft_step,
     **collective_steps.STEPS,  # collectives, partition-id, replica-id
     **async_steps.STEPS,  # async pairs, tokens, send/recv, rng-get-and-update-state
 }
+# opcode → the step that runs it: runnable.STEP_KINDS (the one list of opcodes) through the builders
+STEP_TYPES: dict[str, Callable[[HloInstruction, ProgramBuilder], Step]] = {
+    op: STEP_BUILDERS[kind] for op, kind in STEP_KINDS.items()}
 
 
 def build_programs(plan: ModulePlan, platform_name: str) -> dict[int, ComputationProgram]:

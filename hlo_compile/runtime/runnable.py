@@ -3,8 +3,8 @@
 ``hlo-compile`` and ``hlo-run`` both refuse, right after fusion planning, an instruction of a
 computation the runtime executes that is neither a kernel nor one of the steps below (a
 collective, a custom call that is no library call...): compiling the rest would drop it
-silently. ``program.STEP_TYPES`` has a builder for exactly these opcodes (a test keeps the two
-equal). Kept free of runtime imports so the compile stages can use it without the runtime.
+silently. ``STEP_KINDS`` is the one list of those opcodes; ``program.STEP_TYPES`` is built
+from it. Kept free of runtime imports so the compile stages can use it without the runtime.
 """
 from __future__ import annotations
 
@@ -16,16 +16,24 @@ from ..hlo.collective_groups import ragged_form_refusal
 from ..hlo.errors import HloUnsupportedError
 from ..hlo.library_targets import library_family
 
-RUNNABLE_OPCODES = frozenset({"parameter", "constant", "bitcast", "opt-barrier", "get-tuple-element", "tuple",
-                              "fusion", "while", "conditional", "custom-call", "fft",
-                              # collective_steps.py
-                              "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
-                              "collective-broadcast", "ragged-all-to-all", "all-reduce-start", "all-gather-start",
-                              "collective-permute-start", "all-reduce-done", "all-gather-done",
-                              "collective-permute-done", "partition-id", "replica-id",
-                              # async_steps.py
-                              "copy-start", "copy-done", "async-start", "async-update", "async-done", "after-all",
-                              "rng-get-and-update-state", "send", "recv", "send-done", "recv-done"})
+# The one list of what runs outside kernels: opcode -> the kind of step that runs it.
+# ``program.STEP_TYPES`` is built from it (a builder per kind, in program.py, collective_steps.py
+# and async_steps.py), so an opcode is added here or nowhere.
+STEP_KINDS: dict[str, str] = {
+    "parameter": "parameter", "constant": "constant", "bitcast": "bitcast", "opt-barrier": "pass-through",
+    "get-tuple-element": "get-tuple-element", "tuple": "tuple", "fusion": "kernel", "while": "while",
+    "conditional": "conditional", "custom-call": "library-call", "fft": "fft",
+    # collective_steps.py
+    **{op: "collective" for op in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
+                                   "collective-broadcast", "ragged-all-to-all", "all-reduce-start",
+                                   "all-gather-start", "collective-permute-start")},
+    **{op: "collective-done" for op in ("all-reduce-done", "all-gather-done", "collective-permute-done")},
+    "partition-id": "logical-id", "replica-id": "logical-id",
+    # async_steps.py
+    **{op: op for op in ("copy-start", "copy-done", "async-start", "async-update", "async-done", "after-all",
+                         "rng-get-and-update-state", "send", "recv", "send-done", "recv-done")},
+}
+RUNNABLE_OPCODES = frozenset(STEP_KINDS)
 SUPPORTED = ("fusions, parameters, constants, bitcasts, tuples, while, conditional, fft, library calls, "
              "collectives, async pairs with calls=, send/recv and tokens")
 
