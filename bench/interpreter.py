@@ -64,6 +64,79 @@ def time_interpreter(path: Path, inputs: Path, repeat: int) -> float:
     return _best(lambda: evaluate_module(module, args), repeat)
 
 
+MIN_LIVE = 1 << 20  # ratios of modules with less live data are printed but not summarised
+
+
+def live_buffers(module) -> int:
+    """The module's live buffers: entry inputs + ``interpreter_live_peak`` of the entry."""
+    from hlo_compile.runtime.memory_estimate import input_bytes, interpreter_live_peak
+    return input_bytes(module) + interpreter_live_peak(module.entry)
+
+
+def measure_memory(module, args) -> tuple[int, int, float]:
+    """(live buffers, the interpreter's peak, seconds): peak = inputs + tracemalloc's peak."""
+    import tracemalloc
+    from hlo_compile.runtime.memory_estimate import input_bytes
+    live = live_buffers(module)
+    tracemalloc.start()
+    try:
+        t0 = time.perf_counter()
+        out = evaluate_module(module, args)
+        seconds = time.perf_counter() - t0
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    del out
+    return live, input_bytes(module) + peak, seconds
+
+
+def _memory_modules(ns, root: Path | None) -> list[tuple[str, Path, Path]]:
+    mods = []
+    if root is not None:
+        for case in sorted(d for d in root.iterdir() if (d / "case.json").is_file()):
+            info = json.loads((case / "case.json").read_text())
+            mods.append((f"jax/{case.name}", case / info["primary_hlo"], case / "inputs.npz"))
+    xg = Path(ns.xla_gpu_corpus) if ns.xla_gpu_corpus else REPO.parent / "xla-gpu-corpus"
+    if xg.is_dir() and ns.every > 0:
+        cases = sorted(d for d in xg.glob("*/sm_90/*") if (d / "optimized_gpu.hlo").is_file()
+                       and (d / "inputs.npz").is_file())
+        mods += [(f"{d.parts[-3]}/{d.name}", d / "optimized_gpu.hlo", d / "inputs.npz") for d in cases[::ns.every]]
+    for f in ns.files:
+        f = Path(f)
+        mods.append((str(f), f, f.parent / "inputs.npz"))
+    if ns.case:
+        mods = [m for m in mods if any(s in m[0] for s in ns.case)]
+    return mods
+
+
+def memory_main(ns, root: Path | None) -> int:
+    from hlo_compile.runtime.memory_estimate import interpreter_live_peak
+    rows = []
+    for name, path, inputs in _memory_modules(ns, root):
+        try:
+            module = hlo_compile.parse_module(path.read_text(), str(path))
+            if interpreter_live_peak(module.entry) > ns.max_live_mb * (1 << 20):
+                print(f"{name}: skipped (over --max-live-mb)", file=sys.stderr)
+                continue
+            args = literals.load_inputs(inputs, module) if inputs.is_file() else \
+                literals.random_inputs(module)
+            live, peak, seconds = measure_memory(module, args)
+        except Exception as e:  # report and go on: a benchmark, not a test
+            print(f"{name}: failed: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+            continue
+        del args
+        rows.append((name, live, peak, seconds))
+        print(f"{name:<70} live {live / 2**20:9.2f} MB  peak {peak / 2**20:9.2f} MB  "
+              f"ratio {peak / live if live else float('inf'):6.2f}  {seconds:7.2f} s", flush=True)
+    big = [(peak / live, name) for name, live, peak, _ in rows if live >= MIN_LIVE]
+    if big:
+        ratios = sorted(r for r, _ in big)
+        worst = max(big)
+        print(f"peak / live over {len(big)} modules of >= 1 MB live ({len(rows)} measured): "
+              f"median {statistics.median(ratios):.2f}, worst {worst[0]:.2f} ({worst[1]})")
+    return 0
+
+
 def time_xla(xr, path: Path, inputs: Path, repeat: int) -> float:
     import jax
     text = path.read_text()
@@ -88,8 +161,15 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--case", action="append", default=[], help="only cases whose name contains this")
     p.add_argument("--all-hlo", action="store_true", help="every .hlo of a case, not only primary_hlo")
+    p.add_argument("--memory", action="store_true", help="peak memory / live buffers per module (docstring)")
+    p.add_argument("--xla-gpu-corpus", default=None, help="--memory: the XLA:GPU corpus (default ../xla-gpu-corpus)")
+    p.add_argument("--every", type=int, default=10, help="--memory: every K-th XLA:GPU corpus case (0: none)")
+    p.add_argument("--max-live-mb", type=float, default=1500, help="--memory: skip modules of more live buffers")
+    p.add_argument("files", nargs="*", help="--memory: more .hlo files (inputs.npz beside them, else zeros)")
     ns = p.parse_args(argv)
     root = _corpus(ns.corpus)
+    if ns.memory:
+        return memory_main(ns, root)
     if root is None:
         print("no corpus found (give --corpus or set HLO_CORPUS)", file=sys.stderr)
         return 2

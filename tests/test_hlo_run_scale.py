@@ -121,7 +121,7 @@ ENTRY e {
 
 def test_live_peak_of_a_module_of_known_sizes():
     m = hlo_compile.parse_module(SIZED)
-    # a short computation keeps every value: a 4000 + b 40000 + c 40000 (the tuple is no buffer)
+    # at c: a 4000 (the tuple reads it) + b 40000 (read by c) + c 40000 (the tuple is no buffer)
     assert interpreter_live_peak(m.entry) == 84000
 
 

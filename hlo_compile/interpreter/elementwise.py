@@ -8,7 +8,7 @@ import numpy as np
 from ..hlo.element_types import bit_width, is_complex, is_float
 from ..hlo.errors import HloUnsupportedError
 from . import complex_math
-from .numerics import (bits_view, compute, convert, dtype_of, int_limits, kind, result,
+from .numerics import (bits_view, compute, convert, dtype_of, int_limits, is_narrow_float, kind, result,
                        total_order_key)
 from .registry import op
 from .special import erf as _erf
@@ -41,7 +41,10 @@ def _float_unary(fn, opcode: str):
             if opcode not in complex_math.UNARY:
                 raise _not_on_complex(inst)
             return result(complex_math.unary(opcode, ops[0]), _et(inst))
-        return result(fn(compute(ops[0], et)), _et(inst))
+        x = compute(ops[0], et)
+        if isinstance(fn, np.ufunc) and is_narrow_float(et):
+            return result(fn(x, out=x), _et(inst))  # x is the f32 copy: no second temporary
+        return result(fn(x), _et(inst))
     return handler
 
 
@@ -177,6 +180,10 @@ def _binary(float_fn, int_fn=None):
             return result(_complex_binary(inst, a, b), _et(inst))
         if et == "pred" or _is_int(et):
             return result(int_fn(a, b, et), _et(inst))
+        if isinstance(float_fn, np.ufunc) and is_narrow_float(et) and a.shape == np.broadcast_shapes(a.shape, b.shape):
+            out = float_fn(a, b, out=a)  # a is the f32 copy of a narrow float: computed in place
+            del b
+            return result(out, _et(inst))
         return result(float_fn(a, b), _et(inst))
     return handler
 

@@ -48,8 +48,9 @@ class Evaluator:
 
     def _values_dead_after(self, comp: HloComputation) -> list[list[int]]:
         """For each instruction position, the ids of the values nothing reads after it (the
-        ROOT's is kept): dropped as soon as they are, so a long computation holds only its live
-        values, not every intermediate (a 16k-op fusion of 1280x1280 arrays does not fit)."""
+        ROOT's is kept): dropped as soon as they are, so a computation holds only its live
+        values, not every intermediate (a 16k-op fusion of 1280x1280 arrays does not fit; a
+        chain of ten elementwise ops on a big array would hold ten of them)."""
         key = id(comp)
         if key not in self._dead_after:
             last: dict[int, int] = {}
@@ -71,10 +72,10 @@ class Evaluator:
         env: dict[int, Any] = {}
         for p, a in zip(params, args):
             env[id(p)] = a
-        dead_after = self._values_dead_after(comp) if len(comp.instructions) > 16 else None
+        dead_after = self._values_dead_after(comp)
         for k, inst in enumerate(comp.instructions):
-            if dead_after is not None:
-                for value in dead_after[k - 1] if k else ():
+            if k:
+                for value in dead_after[k - 1]:
                     env.pop(value, None)
             if inst.opcode == "parameter":
                 continue

@@ -83,10 +83,21 @@ def _scatter(ev, inst, ops):
     for i, od in enumerate(window_operand):
         d = dn.update_window_dims[i]
         full[od] = full[od] + _arange_at(udims[d], d, urank)
-    full = [np.broadcast_to(f, udims) for f in full]
-    ok = np.broadcast_to(in_bounds, udims)
-    flat = np.ravel_multi_index(tuple(np.where(ok, f, 0) for f in full), shape) if len(shape) else \
-        np.zeros(udims, np.int64)
+    # the flat operand position of every update element, summed from the per-dim index arrays
+    # (small, broadcastable) in int32 where the operand allows: one index array of the updates'
+    # size, and no selection copies when every window is in bounds (out-of-bounds ones wrap
+    # harmlessly here: they are left out below)
+    it = np.int32 if int(np.prod(shape, dtype=np.int64)) < np.iinfo(np.int32).max else np.int64
+    flat: np.ndarray = np.zeros((1,) * urank, it)
+    stride = 1
+    for d in reversed(range(len(shape))):
+        flat = flat + full[d].astype(it) * it(stride)
+        stride *= shape[d]
+    flat = np.broadcast_to(flat, udims)
     types = [s.element_type for s in inst.shape.tuple_shapes] if inst.shape.is_tuple else [inst.shape.element_type]
-    out = combine_at(ev, inst.to_apply, operands, flat[ok], [u[ok] for u in updates], types)
+    if in_bounds.all():
+        out = combine_at(ev, inst.to_apply, operands, flat.reshape(-1), [u.reshape(-1) for u in updates], types)
+    else:
+        ok = np.broadcast_to(in_bounds, udims)
+        out = combine_at(ev, inst.to_apply, operands, flat[ok], [u[ok] for u in updates], types)
     return tuple(out) if inst.shape.is_tuple else out[0]

@@ -121,7 +121,9 @@ def convert(x: np.ndarray, src: str, dst: str) -> np.ndarray:
 def _float_to_int(x: np.ndarray, dst: str) -> np.ndarray:
     dt = dtype_of(dst)
     lo, hi = int_limits(dst)
-    y = np.trunc(x.astype(np.float64))
+    # truncated in the source's own float type (f32 or f64; narrower ones in f32): exact, and
+    # every bound compared with below is a power of two, exact in f32 too
+    y = np.trunc(x if x.dtype in (np.float32, np.float64) else x.astype(np.float32))
     nan = np.isnan(y)
     too_high = y >= float(hi) + 1.0  # float(hi)+1 is a power of two: exact
     too_low = y < float(lo)

@@ -31,7 +31,11 @@ def _as_values(lit, shape):
 def _iota(ev, inst, ops):
     dims = _dims(inst)
     d = inst.attr("iota_dimension")
-    r = np.arange(dims[d], dtype=np.int64).astype(dtype_of(inst.shape.element_type))
+    dt = dtype_of(inst.shape.element_type)
+    if dt.kind in "iu" and dims[d] - 1 <= np.iinfo(dt).max:
+        r = np.arange(dims[d], dtype=dt)  # exact in the type itself: no int64 copy
+    else:
+        r = np.arange(dims[d], dtype=np.int64).astype(dt)
     shape = [1] * len(dims)
     shape[d] = dims[d]
     return np.broadcast_to(r.reshape(shape), dims)

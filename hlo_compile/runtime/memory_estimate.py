@@ -5,8 +5,7 @@ A run holds, at its peak:
 * the **inputs**, one set per participant (generated in their own element type, chunk by
   chunk: ``literals.GENERATION_TEMPORARY_BYTES`` on top; read from an npz: the same size);
 * the **platform's work**: on the interpreter, the values live at once while it walks each
-  computation in order (a value is dropped after its last use, as ``Evaluator`` does for a
-  computation of more than 16 instructions; a shorter one keeps every value), plus the
+  computation in order (a value is dropped after its last use, as ``Evaluator`` does), plus the
   largest called computation's own peak at the instruction calling it; numpy's temporaries
   on the way (an elementwise chain, a dot's accumulation, a broadcast operand, a reduction's
   casts) are covered by ``INTERPRETER_FACTOR``, measured on the modules of tests/data/models
@@ -46,7 +45,6 @@ INTERPRETER_OVERHEAD = 16 << 20
 # Results that are not a buffer of their own in the interpreter (views or Python tuples of
 # other values).
 _ALIASES = frozenset({"parameter", "tuple", "get-tuple-element", "bitcast", "constant"})
-_KEEPS_EVERYTHING_UP_TO = 16  # Evaluator drops dead values only in computations longer than this
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000**2, "mib": 1 << 20,
           "g": 1 << 30, "gb": 1000**3, "gib": 1 << 30, "t": 1 << 40, "tb": 1000**4, "tib": 1 << 40}
@@ -82,7 +80,6 @@ def interpreter_live_peak(comp: HloComputation, _memo: dict | None = None) -> in
         return memo[key]
     memo[key] = 0  # a recursive call (not valid HLO) counts nothing more
     insts = comp.instructions
-    drops = len(insts) > _KEEPS_EVERYTHING_UP_TO
     last: dict[int, int] = {}
     for k, inst in enumerate(insts):
         last.setdefault(id(inst), k)
@@ -95,7 +92,7 @@ def interpreter_live_peak(comp: HloComputation, _memo: dict | None = None) -> in
     size: dict[int, int] = {}
     live = peak = 0
     for k, inst in enumerate(insts):
-        if drops and k:
+        if k:
             for value in dead_after.get(k - 1, ()):
                 live -= size.pop(value, 0)
         own = 0 if inst.opcode in _ALIASES else shape_bytes(inst.shape)
