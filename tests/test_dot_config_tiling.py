@@ -14,7 +14,7 @@ from hlo_compile.pipeline import run_pipeline
 from codegen_helpers import filecheck, run_on_host
 
 
-def _nested(params: list[str], body: str, out: str, tiles: list[int], warps: int) -> str:
+def _nested(params: list[str], body: str, out: str, tiles: list[int], warps: int, stages: int = 1) -> str:
     sizes = ",".join(f'"{t}"' for t in tiles)
     decl = "\n".join(f"  p{i} = {p} parameter({i})" for i, p in enumerate(params))
     args = ", ".join(f"p{i}" for i in range(len(params)))
@@ -25,7 +25,7 @@ gemm {{
 }}
 ENTRY e {{
 {decl}
-  ROOT f = {out} fusion({args}), kind=kCustom, calls=gemm, backend_config={{"fusion_backend_config":{{"kind":"__triton_nested_gemm_fusion","block_level_fusion_config":{{"num_warps":"{warps}","output_tiles":[{{"sizes":[{sizes}]}}],"num_ctas":1,"num_stages":1}}}}}}
+  ROOT f = {out} fusion({args}), kind=kCustom, calls=gemm, backend_config={{"fusion_backend_config":{{"kind":"__triton_nested_gemm_fusion","block_level_fusion_config":{{"num_warps":"{warps}","output_tiles":[{{"sizes":[{sizes}]}}],"num_ctas":1,"num_stages":{stages}}}}}}}
 }}"""
 
 
@@ -60,6 +60,31 @@ CASES = {
   two = f32[] constant(2)
   bc = f32[8,32,64] broadcast(two), dimensions={}
   ROOT r = f32[8,32,64] multiply(c, bc)""", "f32[8,32,64]", [1, 8, 16], 2), (128, 1, 1), (64, 1, 1)),
+    # wide loads and pipelining (dot_staging.py): 128-bit f32 loads, 3 stages of shared tiles
+    "f32_vec4_stages3": (_nested(["f32[96,64]", "f32[64,128]"], _dot("", "", "f32[96,128]", MM, 16), "f32[96,128]",
+                                 [32, 32], 4, 3), (12, 1, 1), (128, 1, 1)),
+    # bf16 tiles in shared memory (half an f32 tile), 8-element loads, 2 stages
+    "bf16_vec8_stages2": (_nested(["bf16[64,128]", "bf16[128,48]"], _dot("", "", "bf16[64,48]", MM, 32),
+                                  "bf16[64,48]", [16, 16], 2, 2), (12, 1, 1), (64, 1, 1)),
+    # column-major operands: lhs loads along M, rhs along K
+    "column_major_operands": (_nested(["f32[64,40]{0,1}", "f32[40,32]{0,1}"], _dot("", "", "f32[64,32]", MM, 8),
+                                      "f32[64,32]", [16, 16], 2, 2), (8, 1, 1), (64, 1, 1)),
+    # a convert prologue: 8 bf16 lanes of one load, each converted to the f32 operand
+    "convert_prologue": (_nested(["bf16[32,64]", "f32[64,32]"], """  c = f32[32,64] convert(p0)
+  ROOT d = f32[32,32] dot(c, p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, backend_config={"sizes":["16"]}""",
+                                 "f32[32,32]", [16, 16], 2, 2), (4, 1, 1), (64, 1, 1)),
+    # ragged M, N, K with 4-element loads: the tail vectors lie wholly outside and load zeros
+    "ragged_vec_tail": (_nested(["f32[50,44]", "f32[44,36]"], _dot("", "", "f32[50,36]", MM, 32), "f32[50,36]",
+                                [32, 32], 4, 2), (4, 1, 1), (128, 1, 1)),
+    # a bias-add + relu prologue (mdl_mlp's gemm_fusion_dot_general.5): p0 as 4-lane loads, the
+    # broadcast bias element by element
+    "bias_relu_prologue": (_nested(["f32[64,256]", "f32[256]", "f32[256,12]"], """  bb = f32[64,256] broadcast(p1), dimensions={1}
+  s = f32[64,256] add(p0, bb)
+  z = f32[] constant(0)
+  zb = f32[64,256] broadcast(z), dimensions={}
+  r = f32[64,256] maximum(s, zb)
+  ROOT d = f32[64,12] dot(r, p2), lhs_contracting_dims={1}, rhs_contracting_dims={0}, backend_config={"sizes":["32"]}""",
+                                   "f32[64,12]", [16, 8], 2), (8, 1, 1), (64, 1, 1)),
     "pred_operand": (_nested(["f32[8,16]", "pred[16,12]"], """  c = f32[16,12] convert(p1)
   ROOT d = f32[8,12] dot(p0, c), lhs_contracting_dims={1}, rhs_contracting_dims={0}, backend_config={"sizes":["16"]}""",
                              "f32[8,12]", [16, 8], 2), (2, 1, 1), (64, 1, 1)),
@@ -101,7 +126,8 @@ def test_config_tile_figures():
     t = k.spec.tiling
     assert (t.bm, t.bn, t.bk, t.threads) == (32, 64, 32, 128)
     assert t.tx * t.ty == 128 and t.rm * t.ty >= 32 and t.rn * t.tx >= 64
-    assert k.spec.static_shared_bytes == (32 * 32 + 32 * 64) * 4
+    # operand-typed tiles (f32 here), one stage, in dynamic shared memory as XLA launches them
+    assert k.spec.static_shared_bytes == 0 and k.launch.shared_bytes == (32 * 32 + 32 * 64) * 4
     # thread -> output map: every output element once (checked through the indexing stage)
     assert "th_x" in k.spec.thread_to_output_map().to_text()
 
@@ -127,18 +153,20 @@ def test_ptx_config_tiles(tmp_path):
     module = parse_module(CASES["f32_32x64x32_w4_ragged"][0])
     ptx = run_pipeline(module, CompileOptions(arch="sm_90"), emit="ptx").artifacts["ptx"]
     filecheck(ptx, """
+CHECK: .extern .shared .align 16 .b8 dot_tiles[];
 CHECK: .visible .entry f(
-CHECK-DAG: .shared .align 16 .b8 lhs_tile[4096]
-CHECK-DAG: .shared .align 16 .b8 rhs_tile[8192]
 CHECK: mov.u32 %r{{[0-9]+}}, %ctaid.x;
 CHECK: st.shared
 CHECK: bar.sync 0;
 CHECK: ld.shared
 CHECK: fma.rn.f32
 CHECK: bar.sync 0;
+CHECK: ld.global.nc.v2.b32
 CHECK: st.global
 CHECK: ret;
 """, tmp_path)
+    # K = 70 and N = 90 are even, not multiples of 4: 2-element (64-bit) loads
+    assert [s.vec for s in _kernel(module).spec.staging] == [2, 2]
 
 
 def test_tile_smaller_than_the_block_stages_nothing_past_it():
@@ -155,3 +183,121 @@ def test_tile_smaller_than_the_block_stages_nothing_past_it():
     for seed in range(3):
         ok, report = run_on_host(module, seed=seed)
         assert ok, report
+
+
+# ---- wide loads, operand-typed tiles, pipelining (dot_staging.py) ------------------------------------
+@pytest.mark.parametrize("name,vecs,shared", [
+    ("f32_vec4_stages3", [4, 4], 3 * (32 * 16 + 16 * 32) * 4),
+    ("bf16_vec8_stages2", [8, 8], 2 * (16 * 32 + 32 * 16) * 2),
+    ("column_major_operands", [4, 4], 2 * (16 * 8 + 8 * 16) * 4),
+    ("convert_prologue", [8, 4], 2 * (16 * 16 + 16 * 16) * 4),
+    ("ragged_vec_tail", [4, 4], 2 * (32 * 32 + 32 * 32) * 4),
+    ("bias_relu_prologue", [4, 4], (16 * 32 + 32 * 8) * 4),
+])
+def test_staging_plan(name, vecs, shared):
+    k = _kernel(parse_module(CASES[name][0]))
+    assert [s.vec for s in k.spec.staging] == vecs
+    assert k.launch.shared_bytes == shared and k.spec.static_shared_bytes == 0
+    fields = k.spec.summary_fields()
+    assert fields["load_vector"] == vecs and fields["dynamic_shared_bytes"] == shared
+
+
+def test_column_major_operands_load_along_their_minor_dim():
+    a, b = _kernel(parse_module(CASES["column_major_operands"][0])).spec.staging
+    assert (a.along_k, b.along_k) == (False, True)
+
+
+@pytest.mark.parametrize("along_k,vec,tile,bk", [(True, 4, 32, 16), (False, 4, 16, 8), (True, 8, 16, 32),
+                                                  (False, 2, 8, 16), (True, 1, 16, 16)])
+def test_chunks_cover_the_tile_once(along_k, vec, tile, bk):
+    """The emitter's chunk -> (free, k) arithmetic, on ints: every tile element once."""
+    from hlo_compile.codegen.emitters.gemm.dot_staging import OperandStaging
+    s = OperandStaging(True, tile, bk, along_k, vec)
+    seen = []
+    for c in range(s.count):
+        f, k = s.chunk_origin(c)
+        seen += [(f, k + lane) if along_k else (f + lane, k) for lane in range(vec)]
+    assert sorted(seen) == [(f, k) for f in range(tile) for k in range(bk)]
+
+
+def test_ptx_wide_loads_and_stages(tmp_path):
+    """128-bit operand loads (v4 of f32; v8 of bf16 packed in v4.b32), one dynamic shared array
+    of 3 stages, one barrier per K step in the pipelined loop (and one after the prologue)."""
+    module = parse_module(CASES["f32_vec4_stages3"][0])
+    ptx = run_pipeline(module, CompileOptions(arch="sm_90"), emit="ptx").artifacts["ptx"]
+    filecheck(ptx, """
+CHECK: .extern .shared .align 16 .b8 dot_tiles[];
+CHECK: .visible .entry f(
+CHECK: ld.global.nc.v4.b32
+CHECK: st.shared
+CHECK: bar.sync 0;
+CHECK: ld.shared
+CHECK: fma.rn.f32
+CHECK: bar.sync 0;
+CHECK: ld.global.nc.v4.b32
+CHECK: st.shared
+CHECK: st.global
+CHECK: ret;
+""", tmp_path)
+    # the prologue's barrier and the loop's one (the prefetch of step s + 2 sits before compute)
+    assert ptx.count("bar.sync") == 2
+    ptx = run_pipeline(parse_module(CASES["bf16_vec8_stages2"][0]), CompileOptions(arch="sm_90"),
+                       emit="ptx").artifacts["ptx"]
+    filecheck(ptx, """
+CHECK: .extern .shared .align 16 .b8 dot_tiles[];
+CHECK: ld.global.nc.v4.b32
+CHECK: st.shared{{.*}}.b16
+CHECK: bar.sync 0;
+CHECK: ld.shared{{.*}}.b16
+CHECK: fma.rn.f32
+""", tmp_path)
+    assert "ld.global.nc.b16" not in ptx
+
+
+def test_stages_shrink_to_the_device_shared_memory():
+    """A config whose stages would not fit the device's shared memory keeps the stages that do."""
+    from hlo_compile.codegen.device_info import device_for_arch
+    text = _nested(["f32[512,512]", "f32[512,512]"], _dot("", "", "f32[512,512]", MM, 64), "f32[512,512]",
+                   [128, 128], 8, 4)
+    k = _kernel(parse_module(text), arch="sm_90")
+    limit = device_for_arch("sm_90").shared_memory_per_block_optin
+    assert 4 * (128 * 64 + 64 * 128) * 4 > limit
+    assert 1 <= k.spec.tiling.num_stages < 4
+    assert k.launch.shared_bytes == k.spec.tiling.num_stages * (128 * 64 + 64 * 128) * 4 <= limit
+
+
+SPLIT_K = """HloModule m
+gemm {
+  a = f32[4,40,24] parameter(0)
+  b = f32[4,24,36] parameter(1)
+  ROOT d = f32[4,40,36] dot(a, b), lhs_batch_dims={0}, rhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_contracting_dims={1}
+}
+add {
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}
+ENTRY e {
+  a = f32[40,96] parameter(0)
+  b = f32[96,36] parameter(1)
+  ab = f32[40,4,24] bitcast(a)
+  at = f32[4,40,24] transpose(ab), dimensions={1,0,2}
+  bb = f32[4,24,36] bitcast(b)
+  f = f32[4,40,36] fusion(at, bb), kind=kCustom, calls=gemm, backend_config={"fusion_backend_config":{"kind":"__triton_gemm","triton_gemm_config":{"block_m":"16","block_n":"16","block_k":"16","split_k":"4","num_stages":"2","num_warps":"2","num_ctas":"1"}}}
+  z = f32[] constant(0)
+  ROOT r = f32[40,36] reduce(f, z), dimensions={0}, to_apply=add
+}"""
+
+
+def test_split_k_legacy_config():
+    """split_k > 1 in a ``__triton_gemm`` config: XLA's split-K rewriter has already made K's
+    split a batch dim of the dot (its partial sums reduced by a fusion after it), so the kernel
+    computes the dot as written, on XLA's grid (tiles, split_k, batch / split_k); the module's
+    result matches the interpreter."""
+    module = parse_module(SPLIT_K)
+    plan = plan_module(module, CompileOptions(arch="sm_90"))
+    (k,) = [k for k in plan.kernels if k.analysis.emitter == "dot"]
+    assert k.spec.tiling.split_k == 4
+    assert k.launch.grid == (3 * 3, 4, 1) and k.launch.block == (64, 1, 1)
+    ok, report = run_on_host(module, seed=5)
+    assert ok, report

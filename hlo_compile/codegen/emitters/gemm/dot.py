@@ -30,6 +30,7 @@ tiled path.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -37,13 +38,14 @@ from llvmlite import ir
 
 from ....hlo import HloInstruction
 from ...device_info import DeviceInfo
-from ...fusion_analysis import FusionAnalysis, bits_of, dot_hero
+from ...fusion_analysis import FusionAnalysis, dot_hero
 from ...hero_search import dot_epilogue_chain
 from ...kernel import Declined, kernel_index_type
 from ...target import Target
 from .dot_config import DotTiling, dot_tiling
 from .dot_mma import emit_mma_dot_kernel, use_tensor_cores
 from .dot_spec import DotGeometry, DotKernelSpec, DotPath
+from .dot_staging import operand_staging, stage_shared_bytes
 from .dot_tiled import emit_tiled_dot_kernel
 from .tiles import BM, MAX_GRID_YZ, MIN_MN, MIN_WORK, gemm_plan, gemm_refusal
 
@@ -76,21 +78,33 @@ def plan_dot_kernel(fusion: HloInstruction, analysis: FusionAnalysis, device: De
     root = analysis.roots[0]
     dot = dot_hero(analysis.roots)
     chain = dot_epilogue_chain(dot, root) if dot is not None else None
-    tiling = None
+    tiling, staging = None, None
     if dot is not None and len(dot.operands) == 2:
         g = DotGeometry.of(dot)
         tiling = dot_tiling(fusion, dot, chain, g.m_dims, g.n_dims, len(g.batch))
+        if tiling is not None:
+            staging = (operand_staging(dot, True, tiling.bm, tiling.bk, g),
+                       operand_staging(dot, False, tiling.bn, tiling.bk, g))
+            # the stages that fit the device (XLA's configs fit Triton's figure, which may be
+            # less than ours); a tile whose one stage does not fit: the fixed tiling
+            stages = max(1, tiling.num_stages)
+            while stages > 1 and stage_shared_bytes(*staging, stages) > device.shared_memory_per_block_optin:
+                stages -= 1
+            if stage_shared_bytes(*staging, stages) > device.shared_memory_per_block_optin:
+                tiling, staging = None, None
+            elif stages != tiling.num_stages:
+                tiling = dataclasses.replace(tiling, num_stages=stages)
     why = _refusal(fusion, dot, tiling)
     if why is not None:
         raise Declined(why)
     g = DotGeometry.of(dot)
     fields = gemm_plan(fusion, kernel_name, dot, root, g.M, g.N, g.B)
-    if tiling is not None:
-        launch = tiling.launch(g.B, g.M, g.N)
-        fields.update(launch=launch, index_type=kernel_index_type(fusion, launch),
-                      static_shared_bytes=tiling.shared_bytes(max(1, bits_of(fields["acc_type"]) // 8)))
+    if tiling is not None and staging is not None:
+        # XLA launches its Triton kernels with their tiles in dynamic shared memory
+        launch = tiling.launch(g.B, g.M, g.N, stage_shared_bytes(*staging, tiling.num_stages))
+        fields.update(launch=launch, index_type=kernel_index_type(fusion, launch), static_shared_bytes=0)
     return DotKernelSpec(dot=dot, geometry=g, tiling=tiling, epilogue_chain=tuple(chain) if chain else None,
-                         **fields)
+                         staging=staging, **fields)
 
 
 def _refusal(fusion: HloInstruction, dot: HloInstruction | None, tiling: DotTiling | None) -> str | None:

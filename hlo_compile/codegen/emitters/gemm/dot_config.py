@@ -40,8 +40,11 @@ class DotTiling:
     """One block computes a ``bm x bn`` output tile of one batch element, K in steps of
     ``bk``, with ``num_warps * 32`` threads laid out ``tx x ty`` (1-D block, thread ``tid``
     at ``(tid % tx, tid // tx)``), each accumulating ``rm x rn`` outputs (rows ``ty_id + ty
-    i``, columns ``tx_id + tx j``); operands staged in shared memory (``bk x bm`` and ``bk x
-    bn`` tiles in the accumulation type)."""
+    i``, columns ``tx_id + tx j``); operands staged in dynamic shared memory (``bk x bm`` and
+    ``bk x bn`` tiles in the operands' types, ``num_stages`` of them: ``dot_staging.py``).
+    ``split_k`` (``__triton_gemm`` only) is launch only: XLA's split-K rewriter has already made
+    K's split a batch dim of the dot and reduces the partial sums in a fusion of its own, so the
+    kernel computes the dot as written on XLA's grid ``(tiles, split_k, batch / split_k)``."""
 
     bm: int
     bn: int
@@ -75,16 +78,14 @@ class DotTiling:
     def tiles(self, m: int, n: int) -> tuple[int, int]:
         return -(-m // self.bm), -(-n // self.bn)
 
-    def launch(self, b: int, m: int, n: int) -> LaunchDims:
+    def launch(self, b: int, m: int, n: int, shared_bytes: int = 0) -> LaunchDims:
+        """XLA's launch (``shared_bytes``: the dynamic shared memory of the tiles)."""
         tm, tn = self.tiles(m, n)
         if self.source == "__triton_gemm" and self.split_k > 1 and b % self.split_k == 0:
-            return LaunchDims((tm * tn, self.split_k, b // self.split_k), (self.threads, 1, 1), 0)
+            return LaunchDims((tm * tn, self.split_k, b // self.split_k), (self.threads, 1, 1), shared_bytes)
         if self.source == "__triton_gemm":
-            return LaunchDims((tm * tn, 1, b), (self.threads, 1, 1), 0)
-        return LaunchDims((b * tm * tn, 1, 1), (self.threads, 1, 1), 0)
-
-    def shared_bytes(self, acc_bytes: int) -> int:
-        return (-(-self.bk * self.bm * acc_bytes // 16) + -(-self.bk * self.bn * acc_bytes // 16)) * 16
+            return LaunchDims((tm * tn, 1, b), (self.threads, 1, 1), shared_bytes)
+        return LaunchDims((b * tm * tn, 1, 1), (self.threads, 1, 1), shared_bytes)
 
     def text(self) -> str:
         return (f"{self.source} config: block_m={self.bm} block_n={self.bn} block_k={self.bk} "

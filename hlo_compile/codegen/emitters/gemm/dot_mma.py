@@ -53,7 +53,10 @@ from .tiles import BK, BM, BN
 
 
 def use_tensor_cores(target: Target, spec: DotKernelSpec) -> bool:
-    # the tensor-core path keeps its own fixed tiling and launch: not with a config's
+    # the tensor-core path keeps its own fixed tiling and launch: not with a config's (a
+    # config-tiled GEMM fusion runs the tiled path with XLA's launch, operand-typed pipelined
+    # tiles and wide loads, on every target; mma.sync with the config's warp tiling is not
+    # written yet, see dot_staging.py)
     return target.has_tensor_cores() and spec.tensor_core_refusal is None and spec.tiling is None
 
 

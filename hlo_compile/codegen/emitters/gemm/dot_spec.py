@@ -12,6 +12,7 @@ from ....indexing.indexing_map import IndexingMap
 from ...kernel import KernelSpec
 from ...thread_maps import expr_delinearize, work_item_map
 from .dot_config import DotTiling
+from .dot_staging import OperandStaging
 from .mma_layout import (MMA_M, MMA_N, MMA_SHARED_BYTES, MMA_TYPES, SMEM_STRIDE, TILES_M, TILES_N, WARP_SIZE,
                          WARPS_M, WARPS_N, WM, WN, acc_position, warp_origin)
 from .tiles import BK, BM, BN, NUM_THREADS, RM, RN, TX, TY, output_element, staged_element
@@ -75,6 +76,8 @@ class DotKernelSpec(KernelSpec):
     static_shared_bytes: int
     # the Triton config's tiling (``dot_config.py``); None: the fixed tiling of ``tiles.py``
     tiling: DotTiling | None = None
+    # with a config tiling: how the lhs and rhs tiles are staged (``dot_staging.py``)
+    staging: tuple[OperandStaging, OperandStaging] | None = None
     # dot (excluded) to root: one path of elementwise ops and element moves; None: the root is
     # elementwise over the dot at the dot's own index
     epilogue_chain: tuple[HloInstruction, ...] | None = None
@@ -152,25 +155,28 @@ class DotKernelSpec(KernelSpec):
     def thread_to_input_map(self, hero: int = 0, operand: int | None = None) -> IndexingMap:
         """``(th_x, ..., bl_z)[k step, s] -> index`` of the dot's lhs (operand 0, default) or
         rhs that the thread stages into shared memory: element ``tid + 256 s`` of the block's
-        BM x BK lhs tile (k fastest) or BK x BN rhs tile (n fastest), both paths. Each element
-        is staged by every block of the other operand's tiles (grid x or y): not a bijection."""
+        BM x BK lhs tile (k fastest) or BK x BN rhs tile (n fastest), both paths. With a
+        config tiling ``[k step, s, lane]``: lane ``lane`` of the thread's chunk ``tid +
+        threads s`` of ``vec`` elements along the operand's contiguous dim
+        (``dot_staging.OperandStaging``). Each element is staged by every block of the other
+        operand's tiles (grid x or y): not a bijection."""
         g, lhs = self.geometry, operand in (None, 0)
         batch: A.Expr = A.dim(5)
         extra: list = []
         if self.tiling is None:
             free, k, ranges = staged_element(lhs, g.K)
         else:
-            t = self.tiling
+            t, st = self.tiling, self.staging[0 if lhs else 1]
             batch, tm, tn = self._config_block()
-            tile = t.bm if lhs else t.bn
+            fast = st.chunks[0]
             lin = A.add(A.dim(0), A.mul(A.sym(1), t.threads))
-            if lhs:
-                free, kk = A.add(A.mul(tm, t.bm), A.floordiv(lin, t.bk)), A.mod(lin, t.bk)
-            else:
-                free, kk = A.add(A.mul(tn, t.bn), A.mod(lin, t.bn)), A.floordiv(lin, t.bn)
+            f0 = A.mul(A.mod(lin, fast), st.vec)
+            slow = A.floordiv(lin, fast)
+            ff, kk = (slow, A.add(f0, A.sym(2))) if st.along_k else (A.add(f0, A.sym(2)), slow)
+            free = A.add(A.mul(tm if lhs else tn, st.tile), ff)
             k = A.add(A.mul(A.sym(0), t.bk), kk)
-            ranges = [(0, -(-g.K // t.bk) - 1), (0, -(-tile * t.bk // t.threads) - 1)]
-            extra = [(lin, 0, tile * t.bk - 1)]
+            ranges = [(0, -(-g.K // t.bk) - 1), (0, -(-st.count // t.threads) - 1), (0, st.vec - 1)]
+            extra = [(lin, 0, st.count - 1)]
         shape = self.dot.operands[0 if lhs else 1].shape
         index: list = [None] * shape.rank
         for dims, values in ((g.lhs_batch if lhs else g.rhs_batch, expr_delinearize(batch, g.batch)),
@@ -191,7 +197,7 @@ class DotKernelSpec(KernelSpec):
                     f"epilogue root %{self.root.name}",
                     f"{t.text()}: tile {t.bm}x{t.bn}x{t.bk}, {t.threads} threads (1-D, as {t.tx}x{t.ty}, "
                     f"{t.rm}x{t.rn} outputs per thread), tiled path (XLA's Triton launch)",
-                    f"shared tiles {t.bk}x{t.bm} + {t.bk}x{t.bn}: {self.static_shared_bytes} B static, "
+                    self._staging_line(),
                     f"index type {self.index_type}",
                     *self.partitioned.to_text().splitlines()]
         shared = (self._mma_shared_line() if self.path == DotPath.MMA else
@@ -210,14 +216,27 @@ class DotKernelSpec(KernelSpec):
         shared = MMA_SHARED_BYTES if self.path == DotPath.MMA else self.static_shared_bytes
         if self.tiling is not None:
             t = self.tiling
+            sa, sb = self.staging or (None, None)
             return {"tile": [t.bm, t.bn, t.bk], "threads_per_block": t.threads, "register_tile": [t.rm, t.rn],
                     "accumulation_type": self.acc_type, "path": self.path, "config": t.text(),
                     "tensor_cores": "not used with a Triton config tiling",
+                    "num_stages": t.num_stages, "dynamic_shared_bytes": self.launch.shared_bytes,
+                    "load_vector": [sa.vec if sa else 1, sb.vec if sb else 1],
                     "static_shared_bytes": shared, "index_type": str(self.index_type)}
         return {"tile": [BM, BN, BK], "threads_per_block": NUM_THREADS, "register_tile": [RM, RN],
                 "accumulation_type": self.acc_type, "path": self.path,
                 "tensor_cores": self.tensor_core_refusal or "eligible",
                 "static_shared_bytes": shared, "index_type": str(self.index_type)}
+
+    def _staging_line(self) -> str:
+        t = self.tiling
+        parts = []
+        for s in self.staging or ():
+            dim = "k" if s.along_k else ("m" if s.lhs else "n")
+            parts.append(f"{'lhs' if s.lhs else 'rhs'} {t.bk}x{s.tile} {s.element_type} "
+                         f"({s.vec}-element loads along {dim})")
+        return (f"shared tiles {' + '.join(parts)} x {t.num_stages} stage(s): {self.launch.shared_bytes} B "
+                f"dynamic")
 
     def _mma_shared_line(self) -> str:
         et = self.dot.operands[0].shape.element_type

@@ -9,11 +9,12 @@ from llvmlite import ir
 
 from ....hlo import HloInstruction
 from ...kernel import open_kernel
-from ...llvm_types import compute_type
+from ...llvm_types import I8, compute_type, from_storage, storage_bytes, storage_type, to_storage
 from ...target import Target
 from .dot_spec import DotKernelSpec
 from ...elemental_convert import emit_convert
 from .dot_config import epilogue_index
+from .dot_staging import OperandStaging, slots_per_thread
 from .tiles import (BK, BM, BN, NUM_THREADS, RM, RN, TX, TY, bounds, emit_tiled_mainloop, load_or_zero,
                     staged_slots, store_epilogue)
 
@@ -169,15 +170,26 @@ def emit_tiled_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
 
 
 def _emit_configured_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
-    """The tiled path with the config's tiling (``DotTiling``): shared bk x bm and bk x bn
-    tiles, each thread's rm x rn register tile, outputs outside the block tile skipped."""
+    """The tiled path with the config's tiling (``DotTiling``): operand-typed ``bk x bm`` and
+    ``bk x bn`` shared tiles, ``num_stages`` of them, staged with wide loads
+    (``dot_staging.py``), each thread's ``rm x rn`` register tile, outputs outside the block
+    tile skipped."""
     e = DotKernelEmission(target, spec)
     kb, b, t = e.kb, e.b, spec.tiling
+    sa, sb = spec.staging
     at = compute_type(spec.acc_type)
     is_float = spec.acc_type.startswith(("f", "bf"))
     zero = ir.Constant(at, 0)
-    a_tile = target.shared_array(b, "lhs_tile", at, t.bk * t.bm)
-    b_tile = target.shared_array(b, "rhs_tile", at, t.bk * t.bn)
+    smem = target.shared_array(b, "dot_tiles", I8, 0)   # dynamic: LaunchDims.shared_bytes
+    stages = max(1, t.num_stages)
+    stage_bytes = sa.tile_bytes + sb.tile_bytes
+
+    def tiles(buf: ir.Value | int) -> tuple[ir.Value, ir.Value]:
+        base = kb.index(buf * stage_bytes) if isinstance(buf, int) else b.mul(buf, kb.index(stage_bytes))
+        a_tile = b.gep(smem, [base], inbounds=True, source_etype=I8)
+        b_tile = b.gep(smem, [b.add(base, kb.index(sa.tile_bytes))], inbounds=True, source_etype=I8)
+        return a_tile, b_tile
+
     with b.goto_entry_block():
         slots = [[b.alloca(at, name=f"acc{i}_{j}") for j in range(t.rn)] for i in range(t.rm)]
     for row in slots:
@@ -192,24 +204,48 @@ def _emit_configured_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Modul
     cols_c = [c if (j + 1) * t.tx <= t.bn else b.select(b.icmp_unsigned("<", c, kb.index(t.bn)), c, kb.index(0))
               for j, c in enumerate(cols)]
 
-    with kb.loop(0, -(-spec.geometry.K // t.bk), name="kstep") as step:
-        with e.fe.scope():
-            e.stage_tiles(step, spec.acc_type, a_tile, lambda mm, kk: b.add(b.mul(kk, kb.index(t.bm)), mm),
-                          b_tile, lambda kk, nn: b.add(b.mul(kk, kb.index(t.bn)), nn))
-            target.barrier(b)
-            acc = [[b.load(sl) for sl in row] for row in slots]
-            for kk in range(t.bk):
-                a_vals = [b.load(b.gep(a_tile, [b.add(r, kb.index(kk * t.bm))], inbounds=True, source_etype=at),
-                                 typ=at) for r in rows_c]
-                b_vals = [b.load(b.gep(b_tile, [b.add(c, kb.index(kk * t.bn))], inbounds=True, source_etype=at),
-                                 typ=at) for c in cols_c]
-                for i in range(t.rm):
-                    for j in range(t.rn):
-                        acc[i][j] = (b.call(fma, [a_vals[i], b_vals[j], acc[i][j]]) if is_float
-                                     else b.add(acc[i][j], b.mul(a_vals[i], b_vals[j])))
+    def read(tile, s, offset):
+        st = storage_type(s.element_type)
+        v = b.load(b.gep(tile, [offset], inbounds=True, source_etype=st), typ=st)
+        return emit_convert(b, from_storage(b, v, s.element_type), s.element_type, spec.acc_type)
+
+    def compute(a_tile, b_tile):
+        acc = [[b.load(sl) for sl in row] for row in slots]
+        for kk in range(t.bk):
+            a_vals = [read(a_tile, sa, b.add(r, kb.index(kk * t.bm))) for r in rows_c]
+            b_vals = [read(b_tile, sb, b.add(c, kb.index(kk * t.bn))) for c in cols_c]
             for i in range(t.rm):
                 for j in range(t.rn):
-                    b.store(acc[i][j], slots[i][j])
+                    acc[i][j] = (b.call(fma, [a_vals[i], b_vals[j], acc[i][j]]) if is_float
+                                 else b.add(acc[i][j], b.mul(a_vals[i], b_vals[j])))
+        for i in range(t.rm):
+            for j in range(t.rn):
+                b.store(acc[i][j], slots[i][j])
+
+    def stage(step: ir.Value, buf) -> None:
+        a_tile, b_tile = tiles(buf)
+        with e.fe.scope():
+            _stage_operand(e, sa, step, a_tile)
+            _stage_operand(e, sb, step, b_tile)
+
+    k_steps = -(-spec.geometry.K // t.bk)
+    if stages == 1:
+        with kb.loop(0, k_steps, name="kstep") as step:
+            stage(step, 0)
+            target.barrier(b)
+            compute(*tiles(0))
+            target.barrier(b)
+    else:
+        # software pipeline: steps 0..S-2 staged ahead, then step s + S - 1 while s is computed
+        for p in range(min(stages - 1, k_steps)):
+            stage(kb.index(p), p)
+        target.barrier(b)
+        with kb.loop(0, k_steps, name="kstep") as step:
+            ahead = b.add(step, kb.index(stages - 1))
+            if k_steps > stages - 1:
+                with b.if_then(b.icmp_unsigned("<", ahead, kb.index(k_steps))):
+                    stage(ahead, b.urem(ahead, kb.index(stages)))
+            compute(*tiles(b.urem(step, kb.index(stages))))
             target.barrier(b)
 
     def extra(i, j):
@@ -220,3 +256,83 @@ def _emit_configured_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Modul
             out.append(b.icmp_unsigned("<", cols[j], kb.index(t.bn)))
         return out
     return e.epilogue([(rows[i], cols[j], slots[i][j], extra(i, j)) for i in range(t.rm) for j in range(t.rn)])
+
+
+def _stage_operand(e: DotKernelEmission, s: OperandStaging, step: ir.Value, tile: ir.Value) -> None:
+    """This K step's tile of one operand into shared memory (``tile``: its stage's first byte),
+    as ``s`` says: each thread's chunks ``tid + threads c`` of ``vec`` elements along the
+    fastest dim, one global load each (a vector where ``vec`` > 1), zero outside the bounds;
+    slots past the tile (more threads than chunks) store nothing."""
+    kb, b, g, spec = e.kb, e.b, e.spec.geometry, e.spec
+    dot = spec.dot
+    operand = dot.operands[0 if s.lhs else 1]
+    et = s.element_type
+    st, ct = storage_type(et), compute_type(et)
+    zero = ir.Constant(ct, 0)
+    fast, _ = s.chunks
+    size = g.M if s.lhs else g.N
+    origin = e.m0 if s.lhs else e.n0
+    k0 = b.mul(step, kb.index(s.bk))
+    rank = operand.shape.rank
+    batch_dims = g.lhs_batch if s.lhs else g.rhs_batch
+    contract_dims = g.lhs_contract if s.lhs else g.rhs_contract
+    free_dims = g.lhs_free if s.lhs else g.rhs_free
+    free_sizes = g.m_dims if s.lhs else g.n_dims
+    threads = e.threads
+    for c in range(slots_per_thread(s, threads)):
+        lin = b.add(e.tid, kb.index(c * threads))
+        inside = [b.icmp_unsigned("<", lin, kb.index(s.count))] if (c + 1) * threads > s.count else []
+        fc, sc = b.urem(lin, kb.index(fast)), b.udiv(lin, kb.index(fast))
+        f0 = b.mul(fc, kb.index(s.vec)) if s.vec > 1 else fc
+        ff, kk = (sc, f0) if s.along_k else (f0, sc)
+        free, k = b.add(origin, ff), b.add(k0, kk)
+        conds = [*inside, *bounds(kb, (free, size, s.tile), (k, g.K, s.bk))]
+        with b.if_then(inside[0]) if inside else contextlib.nullcontext(), e.fe.scope():
+            def index_of(lane: int, free: ir.Value = free, k: ir.Value = k) -> list:
+                fl = free if s.along_k or lane == 0 else b.add(free, kb.index(lane))
+                kl = k if not s.along_k or lane == 0 else b.add(k, kb.index(lane))
+                return _operand_index(rank, batch_dims, contract_dims, free_dims, e.bidx,
+                                      kb.delinearize(kl, g.k_dims), kb.delinearize(fl, free_sizes))
+            if s.vec == 1:
+                values = [e._load(operand, index_of(0), conds, et, zero)]
+            else:
+                values = _vector_load(e, s, operand, index_of, conds, zero)
+            for lane, v in enumerate(values):
+                fl = ff if s.along_k or lane == 0 else b.add(ff, kb.index(lane))
+                kl = kk if not s.along_k or lane == 0 else b.add(kk, kb.index(lane))
+                offset = b.add(b.mul(kl, kb.index(s.tile)), fl)
+                b.store(to_storage(b, v, et), b.gep(tile, [offset], inbounds=True, source_etype=st))
+
+
+def _vector_load(e: DotKernelEmission, s: OperandStaging, operand: HloInstruction, index_of, conds: list,
+                 zero: ir.Value) -> list[ir.Value]:
+    """``s.vec`` consecutive elements of ``operand`` (lane ``l`` at ``index_of(l)``): one
+    vector load of each of its leaf parameters, whose lanes are seeded into the fused emitter,
+    then each lane through the operand's prologue; zeros where ``conds`` fail (then nothing is
+    read)."""
+    kb, b, fe = e.kb, e.b, e.fe
+    vt = ir.VectorType(compute_type(s.element_type), s.vec)
+
+    def read() -> ir.Value:
+        indices = [index_of(lane) for lane in range(s.vec)]
+        for leaf in s.leaves:
+            let = leaf.shape.element_type
+            lst = storage_type(let)
+            ptr = b.gep(fe.parameter_pointer(leaf), [fe.offset(leaf.shape, indices[0])], inbounds=True,
+                        source_etype=lst)
+            load = b.load(ptr, typ=ir.VectorType(lst, s.vec))
+            load.align = s.vec * storage_bytes(let)
+            e.target.mark_invariant(load)
+            for lane, index in enumerate(indices):
+                fe.seed(leaf, index, from_storage(b, b.extract_element(load, kb.index(lane)), let))
+        out: ir.Value = ir.Constant(vt, None)
+        for lane, index in enumerate(indices):
+            out = b.insert_element(out, fe.value(operand, index), kb.index(lane))
+        return out
+
+    if conds:
+        vec = fe.branch(kb.all_of(conds), read, lambda: ir.Constant(vt, [zero] * s.vec))
+    else:
+        with fe.scope():
+            vec = read()
+    return [b.extract_element(vec, kb.index(lane)) for lane in range(s.vec)]
