@@ -93,6 +93,7 @@ class _DeviceAttr(enum.IntEnum):
 
 class _FuncAttr(enum.IntEnum):
     CU_FUNC_ATTRIBUTE_NUM_REGS = 4
+    CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
 
@@ -477,6 +478,18 @@ def test_device_lifecycle_on_fake_driver(fake: FakeDriver) -> None:
         dev.launch(fn, 4, (256,), [buf, other, other.ptr, np.float32(2), np.uint32(1000)])
         grid, block, shared, params = fake.launches[-1]
         assert (grid, block, shared) == ((4, 1, 1), (256, 1, 1), 0)
+        # more than 48 KiB of shared memory in all (10 B static here): the launch opts in first,
+        # once per size it has not allowed yet
+        fresh = rt.CudaFunction(module, "axpy", fn.handle)
+        dev.launch(fresh, 1, 32, [buf], shared_bytes=48 * 1024)
+        assert fresh.dynamic_shared_limit == 48 * 1024
+        dev.launch(fresh, 1, 32, [buf], shared_bytes=16 * 1024)
+        assert fresh.dynamic_shared_limit == 48 * 1024 and fake.launches[-1][2] == 16 * 1024
+        small = rt.CudaFunction(module, "axpy", fn.handle)
+        dev.launch(small, 1, 32, [buf], shared_bytes=1024)
+        assert small.dynamic_shared_limit == 0  # within the default: no attribute set
+        with pytest.raises(rt.CudaError, match="cuFuncSetAttribute"):
+            dev.launch(rt.CudaFunction(module, "axpy", fn.handle), 1, 32, [buf], shared_bytes=1 << 20)
         assert isinstance(params, int) and params != 0
         times = dev.time_kernel(lambda: None, iterations=3)
         assert times == [0.25, 0.25, 0.25] and fake.calls.count("cuEventDestroy") == 6

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from hlo_compile.codegen.launch_limits import needs_dynamic_shared_optin
 from hlo_compile.hlo.errors import HloError
 
 JIT_LOG_BYTES = 64 * 1024
@@ -251,6 +252,7 @@ class CudaFunction:
 
     def __init__(self, module: CudaModule, name: str, handle: Any):
         self.module, self.name, self.handle = module, name, handle
+        self.dynamic_shared_limit = 0  # what max_dynamic_shared last allowed (0: the driver's default)
 
     def attribute(self, name: str) -> int:
         """``cuFuncGetAttribute`` by short name, e.g. ``"NUM_REGS"``."""
@@ -280,6 +282,7 @@ class CudaFunction:
         d = driver_module()
         attr = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         check(d.cuFuncSetAttribute(self.handle, attr, int(nbytes)), f"cuFuncSetAttribute({self.name})")
+        self.dynamic_shared_limit = int(nbytes)
 
 
 class CudaModule:
@@ -476,6 +479,9 @@ class CudaDevice:
         inside the kernel surface at the next sync."""
         if isinstance(stream, CudaStream):
             stream = stream.handle
+        if shared_bytes > max(function.dynamic_shared_limit, 0) \
+                and needs_dynamic_shared_optin(int(shared_bytes), function.shared_bytes):
+            function.max_dynamic_shared(int(shared_bytes))  # over 48 KiB in all: opt in first
         params, holders = kernel_params(args)
         gx, gy, gz = _dims(grid)
         bx, by, bz = _dims(block)
