@@ -52,6 +52,7 @@ _TABLE_EXTRA = {  # the extras worth a column, per section; the rest is in the J
     "pass scaling": ["ratio_to_1x"],
     "interpreter": ["xla_cpu_ms", "ratio"],
     "host": ["first_parameter", "kernels", "time_over_copy"],
+    "compile vs XLA": ["ours_process", "xla_process", "ours_compile", "xla_compile", "ours_cpu", "xla_cpu"],
 }
 
 

@@ -10,6 +10,10 @@
   on the same module and inputs when jax is importable;
 - model scale: ``hlo-compile --emit=ptx`` cold and warm, with peak RSS, on Llama 3.1 8B,
   ResNet-50 and gelu (``bench/model_scale.py``; gelu only with ``--quick``);
+- compile vs XLA: our cold compile to PTX against XLA:GPU's (deviceless, jax's CUDA plugin from
+  ``$HLO_JAXENV``) of the same unfused module, interleaved, on ResNet-50 and four corpus
+  modules: the ratios ours/XLA (``bench/compile_vs_xla.py``; skipped with a note without jax,
+  and with ``--quick``);
 - host: the host target on the GPU suite's modules scaled down (``catalog.scaled_text``), checked
   against the interpreter first, timed with all kernels bound once (``bench/emitters.py``'s
   ``bind``), beside a host memcpy of the same bytes.
@@ -35,6 +39,7 @@ from hlo_compile.runtime.executable import compile_executable
 from . import catalog
 from . import interpreter as interp_bench
 from . import parse as parse_bench
+from .compile_vs_xla import compile_vs_xla_section
 from .cost_model import cost_section
 from .emitters import bind
 from .model_scale import model_scale_section
@@ -212,7 +217,8 @@ def run_cpu_suite(ns) -> dict:
                      ("pass scaling", lambda: scaling_section(ns)),
                      ("interpreter", lambda: interpreter_section(ns, corpus)), ("host", lambda: host_section(ns)),
                      ("cost model", lambda: cost_section(ns)),
-                     ("model scale", lambda: model_scale_section(ns, corpus))):
+                     ("model scale", lambda: model_scale_section(ns, corpus)),
+                     ("compile vs XLA", lambda: compile_vs_xla_section(ns, corpus))):
         t0 = time.perf_counter()
         try:
             sections[name] = fn()

@@ -86,3 +86,40 @@ def test_scan_reduce_matches_interpreter_on_host():
     for levels in (3, 6):
         ok, report = run_on_host(parse_module(scan_reduce(levels)))
         assert ok, report
+
+
+# --- compile time against XLA:GPU (bench/compile_vs_xla.py; issue 29 item 8) -------------------
+
+def test_compile_vs_xla_skips_with_a_reason_without_jax(tmp_path, monkeypatch):
+    import argparse
+    from bench import compile_vs_xla
+    monkeypatch.setenv("HLO_JAXENV", str(tmp_path / "no-jax-here"))
+    out = compile_vs_xla.compile_vs_xla_section(argparse.Namespace(quick=False), tmp_path)
+    assert out["rows"] == [] and "no jax at" in out["skipped"] and "HLO_JAXENV" in out["skipped"]
+    quick = compile_vs_xla.compile_vs_xla_section(argparse.Namespace(quick=True), tmp_path)
+    assert quick["rows"] == [] and quick["skipped"] == "--quick"
+
+
+def test_compile_vs_xla_times_both_and_reports_ratios(tmp_path, monkeypatch):
+    """The section's bookkeeping, with both compilers stood in for: medians, three ratios per
+    module, and a module whose compile fails reported, not timed."""
+    import argparse
+    from bench import compile_vs_xla
+    corpus = tmp_path / "corpus"
+    for _, rel in compile_vs_xla.MODULES[:2]:
+        (corpus / rel).parent.mkdir(parents=True, exist_ok=True)
+        (corpus / rel).write_text("HloModule m\n")
+    monkeypatch.setattr(compile_vs_xla, "jax_env", lambda: ({}, ""))
+    monkeypatch.setattr(compile_vs_xla, "snapshot", lambda tmp: {})
+    monkeypatch.setattr(compile_vs_xla, "ours_once", lambda path, env, tmp: (3.0, 2.5, {"compile": 2.0}, ""))
+    xla = iter([(2.0, 2.0, {"compile": 1.0}, ""), (0.0, 0.0, None, "boom")] * 3)
+    monkeypatch.setattr(compile_vs_xla, "xla_once", lambda path, env, config: next(xla))
+    out = compile_vs_xla.compile_vs_xla_section(argparse.Namespace(quick=False), corpus, runs=3)
+    rows = {r["name"]: r for r in out["rows"]}
+    first = compile_vs_xla.MODULES[0][0]
+    assert rows[f"{first} ours/XLA (process)"]["value"] == 1.5
+    assert rows[f"{first} ours/XLA (compile)"]["value"] == 2.0
+    assert rows[f"{first} ours/XLA (cpu)"]["value"] == 1.25
+    second = compile_vs_xla.MODULES[1][0]
+    assert rows[f"{second} ours/XLA (process)"]["value"] is None
+    assert any("boom" in e for e in out["errors"])
