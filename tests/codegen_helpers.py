@@ -54,10 +54,11 @@ def load_fusion_test(path: Path):
     return wrap_entry_as_fusion(parse_module(path.read_text(), str(path)))
 
 
-def run_on_host(module, seed: int = 0, args=None):
-    """(ok, report): the module on the host platform compared with the interpreter."""
+def run_on_host(module, seed: int = 0, args=None, options=None):
+    """(ok, report): the module on the host platform (``options``: ``CompileOptions``)
+    compared with the interpreter."""
     args = literals.random_inputs(module, seed) if args is None else args
-    exe = compile_executable(module, "host")
+    exe = compile_executable(module, "host", options)
     got = literals.flatten(exe.run(args))
     expected = literals.flatten(evaluate_module(module, args))
     cmp = compare.compare_results(expected, got, tolerances=[(None, None)] * len(expected))

@@ -141,12 +141,112 @@ def test_legacy_triton_gemm_config():
     assert ok, report
 
 
-def test_tensor_cores_keep_the_config_launch():
-    """--tensor-cores: a bf16 dot with a config keeps XLA's launch (the tiled path); the
-    tensor-core path stays for dots without one (tests/test_dot_mma.py)."""
-    module = parse_module(CASES["bf16_16x32x16_w2"][0])
-    out = run_pipeline(module, CompileOptions(arch="sm_80", dot_tensor_cores=True), emit="ptx")
-    assert "mma.sync" not in out.artifacts["ptx"]
+# ---- tensor cores on the config tiling (dot_mma.emit_config_mma_dot_kernel) ----------------------
+# with --tensor-cores the host runs these on the tensor-core path, its warp MMA emulated from the
+# PTX ISA's fragment tables (dot_mma.EmulatedMma): host = interpreter checks the fragments the
+# kernel loads; without, the FMA path as on the GPU
+MMA_CASES = {
+    # 2x2 warps of 2x4 mma tiles, M, N, K ragged (100, 90, 70), 2 K steps of 16 per block_k, 2 stages
+    "mma_bf16_64x64x32_w4_ragged": (_nested(["bf16[100,70]", "bf16[70,90]"], _dot("", "", "bf16[100,90]", MM, 32),
+                                            "bf16[100,90]", [64, 64], 4, 2), "2x2 warps of 32x32"),
+    # batch, f16, N tile clamped to 32 (N = 24), K = 50 ragged, 2 warps
+    "mma_f16_batch_32x32x16_w2": (_nested(["f16[3,40,50]", "f16[3,50,24]"], _dot("", "", "f16[3,40,24]", BMM, 16),
+                                          "f16[3,40,24]", [1, 32, 32], 2), "1x2 warps of 32x16"),
+    # a convert prologue (f32 -> bf16 lhs), f32 output, 2 warps over N
+    "mma_bf16_convert_prologue_f32_out": (_nested(["f32[48,64]", "bf16[64,40]"], """  c = bf16[48,64] convert(p0)
+  ROOT d = f32[48,40] dot(c, p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, backend_config={"sizes":["32"]}""",
+                                                  "f32[48,40]", [16, 16], 2), "1x2 warps of 16x8"),
+    # 8 warps as 4x2 over a 128x32 tile, block_k 64 (4 mma K steps), 3 stages, K = 100 ragged
+    "mma_bf16_128x32x64_w8": (_nested(["bf16[130,100]", "bf16[100,33]"], _dot("", "", "bf16[130,33]", MM, 64),
+                                      "bf16[130,33]", [128, 32], 8, 3), "4x2 warps of 32x16"),
+    # column-major f16 operands (lhs loads along M, rhs along K), 4 warps
+    # more warps than 16 x 8 tiles (the corpus's 16x8 tiles on 2 warps): warp 1 repeats warp 0's
+    # tile and stores nothing; M, N, K ragged
+    "mma_bf16_16x8_w2_replicated": (_nested(["bf16[20,40]", "bf16[40,13]"], _dot("", "", "bf16[20,13]", MM, 16),
+                                            "bf16[20,13]", [16, 8], 2), "each tile on 2 warps"),
+    "mma_f16_column_major": (_nested(["f16[64,40]{0,1}", "f16[40,32]{0,1}"], _dot("", "", "f16[64,32]", MM, 16),
+                                     "f16[64,32]", [32, 32], 4, 2), "2x2 warps of 16x16"),
+}
+
+
+def _emitted_path(module, tensor_cores: bool = True) -> tuple[str, object]:
+    from hlo_compile.targets.host.target import HostTarget
+    k = _kernel(module)
+    k.emit(HostTarget("coro", tensor_cores=tensor_cores))
+    return str(k.spec.path), k
+
+
+TENSOR_CORES = CompileOptions(dot_tensor_cores=True)
+
+
+@pytest.mark.parametrize("name", sorted(MMA_CASES))
+def test_config_tensor_cores_on_host(name):
+    text, layout = MMA_CASES[name]
+    module = parse_module(text)
+    path, k = _emitted_path(module)
+    assert path == "mma", "\n".join(k.spec.report_lines())
+    assert layout in "\n".join(k.spec.report_lines())
+    ok, report = run_on_host(module, seed=5, options=TENSOR_CORES)
+    assert ok, report
+
+
+def test_without_tensor_cores_the_host_runs_the_gpus_default_kernel():
+    """No --tensor-cores: the host emits the FMA path, as the GPU does by default."""
+    module = parse_module(MMA_CASES["mma_bf16_64x64x32_w4_ragged"][0])
+    assert _emitted_path(module, tensor_cores=False)[0] == "tiled"
+    ok, report = run_on_host(module, seed=5)
+    assert ok, report
+
+
+def test_config_tensor_cores_keep_the_launch_and_shared_memory():
+    """--tensor-cores on sm_80: mma.sync with XLA's launch and the same dynamic shared memory as
+    the FMA path (sm_75: the FMA path)."""
+    module = parse_module(MMA_CASES["mma_bf16_64x64x32_w4_ragged"][0])
+    k = _kernel(module)
+    launch = k.launch
+    ptx = run_pipeline(module, CompileOptions(arch="sm_80", dot_tensor_cores=True), emit="ptx").artifacts["ptx"]
+    assert ptx.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") % 16 == 0 and "mma.sync" in ptx
+    assert _kernel(module).launch == launch and launch.shared_bytes == 2 * (32 * 64 + 32 * 64) * 2
+    from hlo_compile.targets.nvptx import NvptxTarget
+    k.emit(NvptxTarget("sm_75", dot_tensor_cores=True))
+    assert str(k.spec.path) == "tiled"
+    off = run_pipeline(module, CompileOptions(arch="sm_90"), emit="ptx").artifacts["ptx"]
+    assert "mma" not in off
+
+
+@pytest.mark.parametrize("text,why", [
+    (_nested(["bf16[8,64]", "bf16[64,32]"], _dot("", "", "bf16[8,32]", MM, 32), "bf16[8,32]", [8, 32], 2),
+     "block_m 8 is not a multiple of 16"),
+    (_nested(["bf16[32,64]", "bf16[64,32]"], _dot("", "", "bf16[32,32]", MM, 8), "bf16[32,32]", [32, 32], 2),
+     "block_k 8 is not a multiple of 16"),
+    (CASES["f32_vec4_stages3"][0], "operands f32 x f32"),
+])
+def test_config_tensor_cores_fall_back_with_the_reason(text, why):
+    module = parse_module(text)
+    path, k = _emitted_path(module)
+    assert path == "tiled"
+    assert f"tensor cores: not used, FMA path ({why}" in "\n".join(k.spec.report_lines())
+    assert why in k.spec.summary_fields()["tensor_cores"]
+    ok, report = run_on_host(module, seed=6)
+    assert ok, report
+
+
+def test_ptx_config_tensor_cores(tmp_path):
+    module = parse_module(MMA_CASES["mma_bf16_64x64x32_w4_ragged"][0])
+    ptx = run_pipeline(module, CompileOptions(arch="sm_90", dot_tensor_cores=True), emit="ptx").artifacts["ptx"]
+    filecheck(ptx, """
+CHECK: .extern .shared .align 16 .b8 dot_tiles[];
+CHECK: .visible .entry f(
+CHECK: ld.global.nc.v2.b16
+CHECK: st.shared
+CHECK: bar.sync 0;
+CHECK: ld.shared.b16
+CHECK: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+CHECK: bar.sync 0;
+CHECK: st.global
+CHECK: ret;
+""", tmp_path)
+    assert "ldmatrix" not in ptx and ".shared .align" not in ptx.replace(".extern .shared", "")
 
 
 def test_ptx_config_tiles(tmp_path):

@@ -367,3 +367,86 @@ def test_cli_flags_reach_the_options(tmp_path, monkeypatch, args, env, expected)
     r = CliRunner().invoke(run_main, [path, "--platform=host", *args], env=env)
     assert r.exit_code == 0, r.output
     assert [o.dot_tensor_cores for o in seen] == [expected, expected]
+
+
+# ---- the config tiling's warp layout and fragment loads, in the model ------------------------------
+from hlo_compile.codegen.emitters.gemm.mma_layout import (WarpLayout, a_fragment_offset, a_fragment_owner,  # noqa: E402
+                                                          b_fragment_offset, b_fragment_owner, config_warp_layout)
+
+
+def test_fragment_owners_invert_the_ptx_tables():
+    for lane in range(WARP_SIZE):
+        for i, (r, c) in enumerate(ptx_a_elements(lane)):
+            assert a_fragment_owner(r, c) == (lane, i // 2, i % 2)
+        for i, (k, n) in enumerate(ptx_b_elements(lane)):
+            assert b_fragment_owner(k, n) == (lane, i // 2, i % 2)
+
+
+@pytest.mark.parametrize("bm,bn,bk,warps,expected", [
+    (64, 64, 32, 4, (2, 2, 2, 4, 2)), (128, 32, 64, 8, (4, 2, 2, 2, 4)), (16, 16, 32, 2, (1, 2, 1, 1, 2)),
+    (16, 64, 16, 4, (1, 4, 1, 2, 1)), (128, 128, 32, 4, (2, 2, 4, 8, 2)), (256, 16, 16, 8, (8, 1, 2, 2, 1)),
+])
+def test_config_warp_layouts(bm, bn, bk, warps, expected):
+    lay = config_warp_layout(bm, bn, bk, warps)
+    assert isinstance(lay, WarpLayout)
+    assert (lay.warps_m, lay.warps_n, lay.tiles_m, lay.tiles_n, lay.k_steps) == expected
+    assert lay.warps_m * lay.warps_n == warps and lay.wm * lay.warps_m == bm and lay.wn * lay.warps_n == bn
+
+
+def test_config_warp_layout_replicates_past_the_tiles():
+    lay = config_warp_layout(16, 8, 16, 2)
+    assert isinstance(lay, WarpLayout) and (lay.warps_m, lay.warps_n, lay.replicas) == (1, 1, 2)
+    assert lay.warp_origin(1) == lay.warp_origin(0) == (0, 0)
+
+
+@pytest.mark.parametrize("bm,bn,bk,warps", [(8, 32, 32, 2), (32, 32, 8, 2), (32, 36, 16, 2)])
+def test_config_warp_layout_refusals(bm, bn, bk, warps):
+    assert isinstance(config_warp_layout(bm, bn, bk, warps), str)
+
+
+@pytest.mark.parametrize("bm,bn,bk,warps", [(64, 64, 32, 4), (128, 32, 64, 8), (16, 16, 32, 2), (32, 64, 16, 2)])
+def test_model_config_block_tile(bm, bn, bk, warps):
+    """Every warp of a config tile, fragments read from the ``bk x bm``/``bk x bn`` staged tiles
+    at the emitter's offsets (``a/b_fragment_offset``), the model's mma: = A @ B, every output
+    written once."""
+    lay = config_warp_layout(bm, bn, bk, warps)
+    rng = np.random.default_rng(bm + bn + bk)
+    A, B = _ints(rng, (bm, bk)), _ints(rng, (bk, bn))
+    a_s, b_s = A.T.reshape(-1), B.reshape(-1)      # element (m, k) at k * bm + m; (k, n) at k * bn + n
+    out, writes = np.full((bm, bn), np.nan), np.zeros((bm, bn), int)
+    for warp in range(warps):
+        wm0, wn0 = lay.warp_origin(warp)
+        acc = [[[[0.0] * 4 for _ in range(WARP_SIZE)] for _ in range(lay.tiles_n)] for _ in range(lay.tiles_m)]
+        for ks in range(lay.k_steps):
+            a_fr = [[[tuple(a_s[sum(a_fragment_offset(lane, wm0, bm, tm, ks, r, h))] for h in (0, 1))
+                      for r in range(4)] for lane in range(WARP_SIZE)] for tm in range(lay.tiles_m)]
+            b_fr = [[[tuple(b_s[sum(b_fragment_offset(lane, wn0, bn, tn, ks, r, h))] for h in (0, 1))
+                      for r in range(2)] for lane in range(WARP_SIZE)] for tn in range(lay.tiles_n)]
+            for tm in range(lay.tiles_m):
+                for tn in range(lay.tiles_n):
+                    acc[tm][tn] = mma_m16n8k16(a_fr[tm], b_fr[tn], acc[tm][tn])
+        for lane in range(WARP_SIZE):
+            for tm in range(lay.tiles_m):
+                for tn in range(lay.tiles_n):
+                    for r in range(4):
+                        dm, dn = acc_position(lane, r)
+                        m, n = wm0 + tm * 16 + dm, wn0 + tn * 8 + dn
+                        out[m, n] = acc[tm][tn][lane][r]
+                        writes[m, n] += 1
+    assert (writes == 1).all()
+    np.testing.assert_array_equal(out, A @ B)
+
+
+def test_ptxas_accepts_config_mma_kernels():
+    from hlo_compile.targets.nvptx.ptxas import run_ptxas
+    from hlo_compile.targets.nvptx.toolkit import find_ptxas
+    from test_dot_config_tiling import MMA_CASES
+    if find_ptxas() is None:
+        pytest.skip("ptxas not found (pip install nvidia-cuda-nvcc)")
+    for name, (text, _) in MMA_CASES.items():
+        ptx = run_pipeline(parse_module(text), CompileOptions(arch="sm_90", dot_tensor_cores=True),
+                           emit="ptx").artifacts["ptx"]
+        assert "mma.sync.aligned.m16n8k16" in ptx, name
+        out = run_ptxas(ptx, "sm_90")
+        for res in out.kernels.values():
+            assert res.shared_bytes == 0 and res.spill_stores_bytes == 0, (name, res)

@@ -166,6 +166,12 @@ class Target(ABC):
         when it was made). No by default."""
         return False
 
+    def emulates_tensor_cores(self) -> bool:
+        """Whether dot emitters run the tensor-core kernel here with the warp MMA built from
+        shared memory and barriers (the host, when the compile options asked for tensor cores:
+        it then runs the very kernel the GPU runs). No by default."""
+        return False
+
     def warp_mma(self, builder: ir.IRBuilder, element_type: str) -> WarpMma:
         """Warp-level MMA on ``element_type`` (``"f16"`` or ``"bf16"``) inputs for the kernel
         being built at ``builder``; only where ``has_tensor_cores()``, else

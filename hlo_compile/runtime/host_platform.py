@@ -38,20 +38,22 @@ class HostPlatform(Platform):
         for p in plan.kernels:
             if p.kernel_name not in compiled:
                 t0 = time.perf_counter()
-                compiled[p.kernel_name] = self.compile(owners[p.kernel_name])
+                compiled[p.kernel_name] = self.compile(owners[p.kernel_name], options.dot_tensor_cores)
                 seconds[p.kernel_name] = time.perf_counter() - t0
                 if env is not None:
                     env.report(KERNELS, len(compiled), len(owners))
             kernels[p.fusion.name] = compiled[p.kernel_name]
         return StageOutput(kernels, kernel_seconds=seconds)
 
-    def compile(self, plan: KernelPlan) -> Any:
-        return compile_host_kernel(plan.emit, plan.kernel_name)
+    def compile(self, plan: KernelPlan, tensor_cores: bool = False) -> Any:
+        """``plan``'s kernel JIT-compiled (``tensor_cores``: ``CompileOptions.dot_tensor_cores``,
+        the warp MMA emulated as the GPU would run it)."""
+        return compile_host_kernel(plan.emit, plan.kernel_name, tensor_cores=tensor_cores)
 
-    def compile_all(self, plans: Sequence[KernelPlan]) -> dict[str, Any]:
+    def compile_all(self, plans: Sequence[KernelPlan], tensor_cores: bool = False) -> dict[str, Any]:
         """Compiled kernels by fusion name (a kernel several fusions launch, compiled once)."""
         owners = {p.kernel_name: p for p in plans if p.reuses is None}
-        code = {name: self.compile(p) for name, p in owners.items()}
+        code = {name: self.compile(p, tensor_cores) for name, p in owners.items()}
         return {p.fusion.name: code[p.kernel_name] for p in plans}
 
     def upload(self, physical: np.ndarray) -> Any:

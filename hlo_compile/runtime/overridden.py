@@ -33,9 +33,9 @@ def host_kernels(platform: Any, options: Any, plan: ModulePlan, overrides: Modul
             t0 = time.perf_counter()
             f = overrides.ir(name) or overrides.module_ir
             if f is None:
-                compiled[name] = platform.compile(owners[name])
+                compiled[name] = platform.compile(owners[name], options.dot_tensor_cores)
             else:
-                target = HostTarget("serial")
+                target = HostTarget("serial", tensor_cores=options.dot_tensor_cores)
                 try:
                     owners[name].emit(target)
                 except NeedsSync:

@@ -210,17 +210,19 @@ CACHE_SIZE = 64
 
 
 def compile_host_kernel(emit: Callable[[Target], ir.Module], kernel_name: str, *,
-                        cpu: str | None = None) -> HostKernel:
+                        cpu: str | None = None, tensor_cores: bool = False) -> HostKernel:
     """Emit ``kernel_name`` with ``emit`` (serial, else coroutine mode) and JIT-compile it.
 
     ``cpu`` picks the target CPU (default: this host with its features; ``"x86-64"`` runs
-    without F16C/AVX, exercising the soft-float helpers). Compiled code is cached by IR text.
+    without F16C/AVX, exercising the soft-float helpers). ``tensor_cores``: the compile asked
+    for tensor cores (``CompileOptions.dot_tensor_cores``), which the host emulates. Compiled
+    code is cached by IR text.
     """
-    target = HostTarget("serial")
+    target = HostTarget("serial", tensor_cores=tensor_cores)
     try:
         module = emit(target)
     except NeedsSync:
-        target = HostTarget("coro")
+        target = HostTarget("coro", tensor_cores=tensor_cores)
         module = emit(target)
     info = target.kernels.get(kernel_name)
     if info is None:

@@ -79,13 +79,17 @@ class HostTarget(Target):
     name = "host"
     linked_symbols = LINKED_SYMBOLS  # libm and libc, linked by name (linked_names.py)
 
-    def __init__(self, mode: str = "serial"):
+    def __init__(self, mode: str = "serial", *, tensor_cores: bool = False):
         if mode not in ("serial", "coro"):
             raise ValueError(f"host target mode must be 'serial' or 'coro', not {mode!r}")
         self.mode = mode
+        self.tensor_cores = tensor_cores  # CompileOptions.dot_tensor_cores: emulate the warp MMA
         self.triple, self.data_layout = host_target_data()
         self._td = llvm.create_target_data(self.data_layout)
         self.kernels: dict[str, HostKernelInfo] = {}
+
+    def emulates_tensor_cores(self) -> bool:
+        return self.tensor_cores
 
     # ---- module and kernel ----------------------------------------------------------------
     def new_module(self, name: str) -> ir.Module:

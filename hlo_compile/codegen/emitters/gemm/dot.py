@@ -25,8 +25,15 @@ first of ``PATHS`` the target takes. The
 warp-level ``mma.sync.m16n8k16`` path (same grid, block, block tile and epilogue) is taken when
 ``target.has_tensor_cores()`` (a GPU of sm_80 or newer, and ``CompileOptions.dot_tensor_cores``,
 which the pipeline and the cuda runtime give the GPU target they create) and both operands are
-f16 or both bf16 with f32 accumulation. Everything else, the host target included, emits the
-tiled path.
+f16 or both bf16 with f32 accumulation. Everything else emits the tiled path.
+
+With a Triton config tiling the tensor-core path keeps the config's launch, shared memory and
+staging (``dot_mma.emit_config_mma_dot_kernel``): a warp layout per config
+(``mma_layout.config_warp_layout``), fragments read from the staged tiles with ``ld.shared``;
+taken on sm_80+ with ``dot_tensor_cores`` and on the host, which emulates the warp MMA
+(``dot_mma.EmulatedMma``), so host runs check the kernel the GPU runs with tensor cores. Tiles
+without a warp layout (block_m < 16, block_k not a multiple of 16, more warps than 16 x 8 tiles)
+keep the FMA path; the fusion report says why.
 """
 from __future__ import annotations
 

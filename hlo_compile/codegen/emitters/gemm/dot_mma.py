@@ -2,7 +2,11 @@
 
 Chosen when the kernel is emitted (``use_tensor_cores``, ``dot.py``'s ``PATHS``) where
 ``target.has_tensor_cores()``: off by default (``CompileOptions.dot_tensor_cores``, which the
-pipeline/runtime gives the GPU target it creates). It keeps the tiled path's grid, 256-thread
+pipeline/runtime gives the GPU target it creates). Two kernels: with a Triton config tiling
+``emit_config_mma_dot_kernel`` (end of this file: the config's launch and staging, a warp
+layout per config; also on the host when the options ask for tensor cores, the warp MMA
+emulated by ``EmulatedMma``); without one,
+the fixed kernel below. The fixed kernel keeps the tiled path's grid, 256-thread
 block, 64 × 64 block tile, K steps of 16, operand staging (through the ``FusedEmitter``:
 prologues and layouts work as on the tiled path) and epilogue (``FusedEmitter.inject``); only
 the shared tiles and the inner product differ:
@@ -43,21 +47,31 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ...llvm_types import BFLOAT, F16, F32, compute_type
+from ...elemental_convert import emit_convert
+from ...llvm_types import BFLOAT, F16, F32, I16, I32, compute_type
 from ...target import Target
 from .dot_spec import DotKernelSpec
-from .dot_tiled import DotKernelEmission
-from .mma_layout import (MMA_M, MMA_N, SMEM_STRIDE, TILES_M, TILES_N, WARP_SIZE, a_ldmatrix_source, acc_position,
-                         b_ldmatrix_source, smem_offset, warp_origin)
+from .dot_tiled import DotKernelEmission, config_mainloop
+from .mma_layout import (MMA_K, MMA_M, MMA_N, SMEM_STRIDE, TILES_M, TILES_N, WARP_SIZE, WarpLayout, a_fragment_offset,
+                         a_fragment_owner, b_fragment_offset,
+                         a_ldmatrix_source, acc_position, b_fragment_owner, b_ldmatrix_source, smem_offset,
+                         warp_origin)
 from .tiles import BK, BM, BN
 
 
 def use_tensor_cores(target: Target, spec: DotKernelSpec) -> bool:
-    # the tensor-core path keeps its own fixed tiling and launch: not with a config's (a
-    # config-tiled GEMM fusion runs the tiled path with XLA's launch, operand-typed pipelined
-    # tiles and wide loads, on every target; mma.sync with the config's warp tiling is not
-    # written yet, see dot_staging.py)
-    return target.has_tensor_cores() and spec.tensor_core_refusal is None and spec.tiling is None
+    """Whether ``target`` emits ``spec`` on the tensor-core path: an f16/bf16 dot with f32
+    accumulation where the target has warp-level MMA (``has_tensor_cores``); with a config
+    tiling, also where the config has a warp layout (``mma_layout.config_warp_layout``) and
+    on a target that emulates the warp MMA (``Target.emulates_tensor_cores``: the host when the
+    options ask for tensor cores)."""
+    if spec.tensor_core_refusal is not None:
+        return False
+    if spec.tiling is None:
+        return target.has_tensor_cores()
+    if spec.config_mma_refusal is not None:
+        return False
+    return target.has_tensor_cores() or target.emulates_tensor_cores()
 
 
 class _Ix:
@@ -100,6 +114,8 @@ def _value(kb, x) -> ir.Value:
 # ---- emission ------------------------------------------------------------------------------------
 
 def emit_mma_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
+    if spec.tiling is not None:
+        return emit_config_mma_dot_kernel(target, spec)
     e = DotKernelEmission(target, spec)
     kb, b = e.kb, e.b
     in_et = spec.dot.operands[0].shape.element_type
@@ -152,4 +168,171 @@ def emit_mma_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
                 dm, dn = acc_position(lane, r)
                 points.append((_value(kb, wm0 + tm * MMA_M + dm), _value(kb, wn0 + tn * MMA_N + dn),
                                slots[tm][tn][r]))
+    return e.epilogue(points)
+
+
+# ---- the config tiling on tensor cores ------------------------------------------------------------
+
+class NativeMma:
+    """The target's warp MMA (``Target.warp_mma``): one ``mma.sync`` per 16 x 8 tile."""
+
+    def __init__(self, target: Target, b: ir.IRBuilder, element_type: str):
+        self.mma = target.warp_mma(b, element_type)
+        self.fragment_type = getattr(self.mma, "fragment_type", I32 if element_type == "bf16" else ir.VectorType(F16, 2))
+
+    def step(self, b: ir.IRBuilder, a_frags, b_frags, acc) -> None:
+        """``acc[tm][tn]`` (4 f32 values each) += A tile ``tm`` x B tile ``tn`` (fragments as
+        packed i32 registers, the lower k in the low half)."""
+        cast = (lambda v: v) if self.fragment_type == I32 else (lambda v: b.bitcast(v, self.fragment_type))
+        a_f = [[cast(v) for v in regs] for regs in a_frags]
+        b_f = [[cast(v) for v in regs] for regs in b_frags]
+        for tm, regs_a in enumerate(a_f):
+            for tn, regs_b in enumerate(b_f):
+                d = self.mma.mma(b, regs_a, regs_b, acc[tm][tn])
+                acc[tm][tn] = [b.extract_value(d, r) for r in range(4)]
+
+
+class EmulatedMma:
+    """``mma.sync.m16n8k16`` emulated with the target's block primitives (the host): each lane
+    publishes its A and B fragment registers in a shared exchange area, ``barrier``, then reads
+    the registers of the lanes that hold the rows and columns of its accumulators (the PTX ISA's
+    fragment tables, ``mma_layout.a_fragment_owner``/``b_fragment_owner``) and accumulates them
+    with f32 ``fma`` in k order. Two exchange areas used in turn: an area is written again only
+    after another exchange's barrier (or the K step's closing barrier), so every lane has read it.
+    Every thread of the block must take each step (the kernel's K loop is uniform)."""
+
+    def __init__(self, e, element_type: str, layout: WarpLayout):
+        self.e, self.et, self.layout = e, element_type, layout
+        b, kb = e.b, e.kb
+        self.regs = layout.tiles_m * 4 + layout.tiles_n * 2
+        self.area = e.threads * self.regs
+        self.exchange = e.target.shared_array(b, "mma_exchange", I32, 2 * self.area)
+        self.fma = e.module.declare_intrinsic("llvm.fma", [F32], ir.FunctionType(F32, [F32, F32, F32]))
+        lane = b.urem(e.tid, kb.index(WARP_SIZE))
+        quad = b.urem(lane, kb.index(4))
+        t = quad
+        # the first thread of this lane's quad (A rows g, g + 8), of the quads of columns 2t, 2t + 1
+        self.a_base = b.sub(e.tid, quad)
+        self.b_base = b.add(b.sub(e.tid, lane), b.mul(t, kb.index(8)))
+        self.parity = 0
+
+    def _half(self, word: ir.Value, half: int) -> ir.Value:
+        b = self.e.b
+        bits = b.trunc(b.lshr(word, ir.Constant(I32, 16)) if half else word, I16)
+        v = b.bitcast(bits, compute_type(self.et))
+        return emit_convert(b, v, self.et, "f32")
+
+    def step(self, b: ir.IRBuilder, a_frags, b_frags, acc) -> None:
+        kb, lay = self.e.kb, self.layout
+        area = self.parity * self.area
+        self.parity ^= 1
+
+        def slot(thread: ir.Value, reg: int) -> ir.Value:
+            i = b.add(b.mul(thread, kb.index(self.regs)), kb.index(area + reg))
+            return b.gep(self.exchange, [i], inbounds=True, source_etype=I32)
+
+        regs = [v for frag in a_frags for v in frag] + [v for frag in b_frags for v in frag]
+        for r, v in enumerate(regs):
+            b.store(v, slot(self.e.tid, r))
+        self.e.target.barrier(b)
+        # A[g + 8 rr][k] of each tile tm; B[k][2t + c] of each tile tn
+        a_vals = []
+        for tm in range(lay.tiles_m):
+            rows = [[None] * MMA_K for _ in range(2)]
+            for rr in range(2):
+                for k in range(MMA_K):
+                    lane_j, reg, half = a_fragment_owner(8 * rr, k)   # lane 4 (row % 8) + j: j of the quad
+                    word = b.load(slot(b.add(self.a_base, kb.index(lane_j)), 4 * tm + reg), typ=I32)
+                    rows[rr][k] = self._half(word, half)
+            a_vals.append(rows)
+        b_vals = []
+        for tn in range(lay.tiles_n):
+            cols = [[None] * MMA_K for _ in range(2)]
+            for c in range(2):
+                for k in range(MMA_K):
+                    lane_j, reg, half = b_fragment_owner(k, c)        # lane 4 (2t + c) + j
+                    word = b.load(slot(b.add(self.b_base, kb.index(lane_j)), 4 * lay.tiles_m + 2 * tn + reg),
+                                  typ=I32)
+                    cols[c][k] = self._half(word, half)
+            b_vals.append(cols)
+        for tm in range(lay.tiles_m):
+            for tn in range(lay.tiles_n):
+                out = []
+                for r in range(4):
+                    v = acc[tm][tn][r]
+                    for k in range(MMA_K):
+                        v = b.call(self.fma, [a_vals[tm][r // 2][k], b_vals[tn][r % 2][k], v])
+                    out.append(v)
+                acc[tm][tn] = out
+
+
+def emit_config_mma_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
+    """The config tiling on tensor cores: XLA's launch, grid and operand staging
+    (``dot_tiled.config_mainloop``: ``bk x bm``/``bk x bn`` tiles in the operand type, M/N
+    contiguous, ``num_stages`` buffers of dynamic shared memory), each warp a grid of 16 x 8
+    accumulator tiles (``WarpLayout``); per mma K step the lane's A and B fragment registers are
+    read from the staged tiles with 16-bit ``ld.shared`` (``ldmatrix`` wants K-contiguous rows,
+    which XLA's shared memory size leaves no room to pad), then one ``mma.sync`` per tile."""
+    e = DotKernelEmission(target, spec)
+    kb, b, t = e.kb, e.b, spec.tiling
+    lay = spec.config_warp_layout
+    assert isinstance(lay, WarpLayout)
+    et = spec.dot.operands[0].shape.element_type
+    engine = NativeMma(target, b, et) if target.has_tensor_cores() else EmulatedMma(e, et, lay)
+
+    zero = ir.Constant(F32, 0)
+    with b.goto_entry_block():
+        slots = [[[b.alloca(F32, name=f"acc{tm}_{tn}_{r}") for r in range(4)] for tn in range(lay.tiles_n)]
+                 for tm in range(lay.tiles_m)]
+    for s in (s for row in slots for tile in row for s in tile):
+        b.store(zero, s)
+
+    tid = _Ix(kb, e.tid)
+    lane, warp = tid % WARP_SIZE, tid // WARP_SIZE
+    wm0, wn0 = lay.warp_origin(warp)
+    # the lane parts of the fragment elements' offsets (mma_layout.a/b_fragment_offset)
+    a_lane = _value(kb, a_fragment_offset(lane, wm0, t.bm, 0, 0, 0, 0)[0])
+    b_lane = _value(kb, b_fragment_offset(lane, wn0, t.bn, 0, 0, 0, 0)[0])
+
+    def element(tile, base, offset):
+        return b.load(b.gep(tile, [b.add(base, kb.index(offset))], inbounds=True, source_etype=I16), typ=I16)
+
+    def pack(lo, hi):
+        return b.or_(b.zext(lo, I32), b.shl(b.zext(hi, I32), ir.Constant(I32, 16)))
+
+    def compute(a_tile, b_tile):
+        acc = [[[b.load(s) for s in tile] for tile in row] for row in slots]
+        for ks in range(lay.k_steps):
+            a_frags, b_frags = [], []
+            for tm in range(lay.tiles_m):
+                regs = []
+                for reg in range(4):
+                    halves = [element(a_tile, a_lane, a_fragment_offset(0, 0, t.bm, tm, ks, reg, half)[1])
+                              for half in range(2)]
+                    regs.append(pack(*halves))
+                a_frags.append(regs)
+            for tn in range(lay.tiles_n):
+                regs = []
+                for reg in range(2):
+                    halves = [element(b_tile, b_lane, b_fragment_offset(0, 0, t.bn, tn, ks, reg, half)[1])
+                              for half in range(2)]
+                    regs.append(pack(*halves))
+                b_frags.append(regs)
+            engine.step(b, a_frags, b_frags, acc)
+        for tm in range(lay.tiles_m):
+            for tn in range(lay.tiles_n):
+                for r in range(4):
+                    b.store(acc[tm][tn][r], slots[tm][tn][r])
+
+    config_mainloop(e, compute)
+    # replicated warps (more warps than tiles) store nothing
+    owner = ([b.icmp_unsigned("<", e.tid, kb.index(lay.warps_m * lay.warps_n * WARP_SIZE))]
+             if lay.replicas > 1 else [])
+    points = []
+    for tm in range(lay.tiles_m):
+        for tn in range(lay.tiles_n):
+            for r in range(4):
+                dm, dn = acc_position(lane, r)
+                points.append((_value(kb, wm0 + tm * MMA_M + dm), _value(kb, wn0 + tn * MMA_N + dn),
+                               slots[tm][tn][r], owner))
     return e.epilogue(points)

@@ -14,7 +14,7 @@ from ...thread_maps import expr_delinearize, work_item_map
 from .dot_config import DotTiling
 from .dot_staging import OperandStaging
 from .mma_layout import (MMA_M, MMA_N, MMA_SHARED_BYTES, MMA_TYPES, SMEM_STRIDE, TILES_M, TILES_N, WARP_SIZE,
-                         WARPS_M, WARPS_N, WM, WN, acc_position, warp_origin)
+                         WARPS_M, WARPS_N, WM, WN, WarpLayout, acc_position, config_warp_layout, warp_origin)
 from .tiles import BK, BM, BN, NUM_THREADS, RM, RN, TX, TY, output_element, staged_element
 
 
@@ -93,6 +93,23 @@ class DotKernelSpec(KernelSpec):
         if self.acc_type != "f32":
             return f"accumulation in {self.acc_type}, not f32"
         return None
+
+    @property
+    def config_warp_layout(self) -> WarpLayout | str | None:
+        """The tensor-core warp layout of the config tiling (``mma_layout.config_warp_layout``),
+        the reason it has none, or None without a config tiling."""
+        t = self.tiling
+        return None if t is None else config_warp_layout(t.bm, t.bn, t.bk, t.num_warps)
+
+    @property
+    def config_mma_refusal(self) -> str | None:
+        """Why the config tiling cannot take the tensor-core path (None: it can, on a target
+        with tensor cores); only with a config tiling."""
+        why = self.tensor_core_refusal
+        if why is not None:
+            return why
+        lay = self.config_warp_layout
+        return lay if isinstance(lay, str) else None
 
     @property
     def epilogue_moves(self) -> bool:
@@ -196,7 +213,8 @@ class DotKernelSpec(KernelSpec):
             return [f"dot %{self.dot.name}: B={g.B} M={g.M} N={g.N} K={g.K}, accumulation {self.acc_type}, "
                     f"epilogue root %{self.root.name}",
                     f"{t.text()}: tile {t.bm}x{t.bn}x{t.bk}, {t.threads} threads (1-D, as {t.tx}x{t.ty}, "
-                    f"{t.rm}x{t.rn} outputs per thread), tiled path (XLA's Triton launch)",
+                    f"{t.rm}x{t.rn} outputs per thread), {self.path} path (XLA's Triton launch)",
+                    self._config_mma_line(),
                     self._staging_line(),
                     f"index type {self.index_type}",
                     *self.partitioned.to_text().splitlines()]
@@ -219,10 +237,10 @@ class DotKernelSpec(KernelSpec):
             sa, sb = self.staging or (None, None)
             return {"tile": [t.bm, t.bn, t.bk], "threads_per_block": t.threads, "register_tile": [t.rm, t.rn],
                     "accumulation_type": self.acc_type, "path": self.path, "config": t.text(),
-                    "tensor_cores": "not used with a Triton config tiling",
+                    "tensor_cores": self.config_mma_refusal or "eligible",
                     "num_stages": t.num_stages, "dynamic_shared_bytes": self.launch.shared_bytes,
                     "load_vector": [sa.vec if sa else 1, sb.vec if sb else 1],
-                    "static_shared_bytes": shared, "index_type": str(self.index_type)}
+                    "static_shared_bytes": self.static_shared_bytes, "index_type": str(self.index_type)}
         return {"tile": [BM, BN, BK], "threads_per_block": NUM_THREADS, "register_tile": [RM, RN],
                 "accumulation_type": self.acc_type, "path": self.path,
                 "tensor_cores": self.tensor_core_refusal or "eligible",
@@ -237,6 +255,16 @@ class DotKernelSpec(KernelSpec):
                          f"({s.vec}-element loads along {dim})")
         return (f"shared tiles {' + '.join(parts)} x {t.num_stages} stage(s): {self.launch.shared_bytes} B "
                 f"dynamic")
+
+    def _config_mma_line(self) -> str:
+        why = self.config_mma_refusal
+        if why is not None:
+            return f"tensor cores: not used, FMA path ({why})"
+        et = self.dot.operands[0].shape.element_type
+        lay = self.config_warp_layout
+        assert isinstance(lay, WarpLayout)
+        return (f"tensor cores: mma.sync m16n8k16 {et} -> f32, {lay.text()}, fragments by ld.shared from the "
+                f"staged tiles; on sm_80+ with dot_tensor_cores (the host emulates the warp MMA)")
 
     def _mma_shared_line(self) -> str:
         et = self.dot.operands[0].shape.element_type

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Sequence
+from typing import Callable, Sequence
 
 from llvmlite import ir
 
@@ -180,16 +180,6 @@ def _emit_configured_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Modul
     at = compute_type(spec.acc_type)
     is_float = spec.acc_type.startswith(("f", "bf"))
     zero = ir.Constant(at, 0)
-    smem = target.shared_array(b, "dot_tiles", I8, 0)   # dynamic: LaunchDims.shared_bytes
-    stages = max(1, t.num_stages)
-    stage_bytes = sa.tile_bytes + sb.tile_bytes
-
-    def tiles(buf: ir.Value | int) -> tuple[ir.Value, ir.Value]:
-        base = kb.index(buf * stage_bytes) if isinstance(buf, int) else b.mul(buf, kb.index(stage_bytes))
-        a_tile = b.gep(smem, [base], inbounds=True, source_etype=I8)
-        b_tile = b.gep(smem, [b.add(base, kb.index(sa.tile_bytes))], inbounds=True, source_etype=I8)
-        return a_tile, b_tile
-
     with b.goto_entry_block():
         slots = [[b.alloca(at, name=f"acc{i}_{j}") for j in range(t.rn)] for i in range(t.rm)]
     for row in slots:
@@ -222,6 +212,35 @@ def _emit_configured_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Modul
             for j in range(t.rn):
                 b.store(acc[i][j], slots[i][j])
 
+    config_mainloop(e, compute)
+
+    def extra(i, j):
+        out = []
+        if (i + 1) * t.ty > t.bm:
+            out.append(b.icmp_unsigned("<", rows[i], kb.index(t.bm)))
+        if (j + 1) * t.tx > t.bn:
+            out.append(b.icmp_unsigned("<", cols[j], kb.index(t.bn)))
+        return out
+    return e.epilogue([(rows[i], cols[j], slots[i][j], extra(i, j)) for i in range(t.rm) for j in range(t.rn)])
+
+
+def config_mainloop(e: DotKernelEmission, compute: Callable[[ir.Value, ir.Value], None]) -> None:
+    """The K loop of a config-tiled kernel (both paths): the operand tiles staged into
+    ``num_stages`` buffers of dynamic shared memory (``dot_staging.py``), ``compute(a_tile,
+    b_tile)`` on each K step's buffer (its first bytes), one barrier per step (two with one
+    stage). Every K step ends with a barrier after ``compute``."""
+    kb, b, t, spec, target = e.kb, e.b, e.spec.tiling, e.spec, e.target
+    sa, sb = spec.staging
+    smem = target.shared_array(b, "dot_tiles", I8, 0)   # dynamic: LaunchDims.shared_bytes
+    stages = max(1, t.num_stages)
+    stage_bytes = sa.tile_bytes + sb.tile_bytes
+
+    def tiles(buf: ir.Value | int) -> tuple[ir.Value, ir.Value]:
+        base = kb.index(buf * stage_bytes) if isinstance(buf, int) else b.mul(buf, kb.index(stage_bytes))
+        a_tile = b.gep(smem, [base], inbounds=True, source_etype=I8)
+        b_tile = b.gep(smem, [b.add(base, kb.index(sa.tile_bytes))], inbounds=True, source_etype=I8)
+        return a_tile, b_tile
+
     def stage(step: ir.Value, buf) -> None:
         a_tile, b_tile = tiles(buf)
         with e.fe.scope():
@@ -247,15 +266,6 @@ def _emit_configured_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Modul
                     stage(ahead, b.urem(ahead, kb.index(stages)))
             compute(*tiles(b.urem(step, kb.index(stages))))
             target.barrier(b)
-
-    def extra(i, j):
-        out = []
-        if (i + 1) * t.ty > t.bm:
-            out.append(b.icmp_unsigned("<", rows[i], kb.index(t.bm)))
-        if (j + 1) * t.tx > t.bn:
-            out.append(b.icmp_unsigned("<", cols[j], kb.index(t.bn)))
-        return out
-    return e.epilogue([(rows[i], cols[j], slots[i][j], extra(i, j)) for i in range(t.rm) for j in range(t.rn)])
 
 
 def _stage_operand(e: DotKernelEmission, s: OperandStaging, step: ir.Value, tile: ir.Value) -> None:
