@@ -1,5 +1,6 @@
 """What the attention lowerings share (``fmha_lowering.py``, whole; ``fmha_chunked.py``, over
-chunks of keys): the builder of one call's new instructions, the operands brought to canonical
+chunks of keys): the builder of one call's new instructions (``hlo/builder.py``'s, with the
+attention pieces), the operands brought to canonical
 f32 ``[B, N, seq, H]``, and the masked scores of all keys or of one chunk.
 """
 from __future__ import annotations
@@ -11,9 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..hlo import HloComputation, HloInstruction
-from ..hlo.attributes import Attribute, decode
+from ..hlo.builder import HloBuilder, braces  # noqa: F401  (braces: for triangular_solve_lowering)
 from ..hlo.fmha_call import FmhaCall, Roles
-from ..hlo.rewrite import NameScope, add_computation, module_of, new_instruction
 from ..hlo.shape import Shape
 
 F32 = "f32"
@@ -35,7 +35,7 @@ def attention_scores(b: AttentionBuilder, info: FmhaCall, q: HloInstruction, k: 
     """``scale * Q.K^T + bias``, -inf where masked: f32 ``[B, N, T, S]`` (``[B, N, T, C]`` for
     the chunk of keys ``keys``); and whether a row can hold -inf scores (a mask or a bias)."""
     dims = tuple(q.shape.dimensions[:3]) + (k.shape.dimensions[2],)
-    s = b.dot(q, k, (3,), (3,))
+    s = b.batched_dot(q, k, (3,), (3,))
     s = b.binary("multiply", s, b.splat(b.f32(info.scale), dims))
     bias = keys.bias if keys is not None else (b.operands[info.bias] if info.bias is not None else None)
     if bias is not None:
@@ -115,21 +115,15 @@ def f32_text(x: float) -> str:
     return repr(struct.unpack("<f", struct.pack("<f", x))[0])
 
 
-def braces(values: Sequence[int]) -> str:
-    return "{" + ",".join(str(v) for v in values) + "}"
-
-
-class AttentionBuilder:
-    """New instructions for one call, in order, named ``<call>.<what>``; the reductions'
-    computations are added to the module before ``comp``."""
+class AttentionBuilder(HloBuilder):
+    """The ``HloBuilder`` of one call (instructions named ``<call>.<what>``, default layouts),
+    with what the attention math reads (``operands``, extendable), scalar constants made once
+    per computation, and the attention pieces."""
 
     def __init__(self, comp: HloComputation, call: HloInstruction):
-        self.comp, self.call = comp, call
+        super().__init__(comp, call)
+        self.call = call
         self.operands: list[HloInstruction] = list(call.operands)   # what the math reads (extendable)
-        self.module = module_of(comp)
-        self.names = NameScope.of_instructions(self.module.computations)
-        self.new: list[HloInstruction] = []
-        self._reducers: dict[str, HloComputation] = {}
         self._constants: dict[tuple[str, str], HloInstruction] = {}
 
     def fork(self) -> AttentionBuilder:
@@ -142,70 +136,22 @@ class AttentionBuilder:
 
     def add(self, what: str, opcode: str, shape: Shape, operands, literal: str | None = None,
             **raw_attrs: str) -> HloInstruction:
-        attrs = {k: Attribute(k, raw, decode(k, raw)) for k, raw in raw_attrs.items()}
-        inst = new_instruction(self.names.fresh(f"{self.call.name}.{what}"), opcode, shape, operands, attrs,
-                               like=self.call, literal_text=literal)
-        self.new.append(inst)
-        return inst
+        """An instruction of a declared ``shape`` (for ``triangular_solve_lowering``, not yet on
+        the builder's methods)."""
+        return self.instruction(opcode, operands, raw_attrs, shape=shape, literal=literal, name=what)
 
-    # constants and shapes
-    def constant(self, et: str, text: str) -> HloInstruction:
+    def constant(self, et: str, text: str, *, name: str | None = None) -> HloInstruction:
         key = (et, text)
         if key not in self._constants:
-            self._constants[key] = self.add("constant", "constant", Shape.array(et, ()), [], literal=text)
+            self._constants[key] = super().constant(et, text, name=name)
         return self._constants[key]
 
     def f32(self, x: float) -> HloInstruction:
         return self.constant(F32, f32_text(x))
 
-    def splat(self, scalar: HloInstruction, shape_or_dims) -> HloInstruction:
-        shape = shape_or_dims if isinstance(shape_or_dims, Shape) else \
-            Shape.array(scalar.shape.element_type, shape_or_dims)
-        return self.add("broadcast", "broadcast", shape, [scalar], dimensions="{}")
-
-    def broadcast(self, x: HloInstruction, dims, kept: Sequence[int]) -> HloInstruction:
-        """``x`` broadcast to ``dims``, its dimension ``i`` becoming dimension ``kept[i]``."""
-        return self.add("broadcast", "broadcast", Shape.array(x.shape.element_type, dims), [x],
-                        dimensions=braces(kept))
-
-    def reshape(self, x: HloInstruction, dims) -> HloInstruction:
-        if tuple(x.shape.dimensions) == tuple(dims):
-            return x
-        return self.add("reshape", "reshape", Shape.array(x.shape.element_type, dims), [x])
-
-    def transpose(self, x: HloInstruction, perm: Sequence[int]) -> HloInstruction:
-        if tuple(perm) == tuple(range(len(perm))):
-            return x
-        dims = [x.shape.dimensions[p] for p in perm]
-        return self.add("transpose", "transpose", Shape.array(x.shape.element_type, dims), [x],
-                        dimensions=braces(perm))
-
-    def iota(self, dims, axis: int) -> HloInstruction:
-        return self.add("iota", "iota", Shape.array("s32", dims), [], iota_dimension=str(axis))
-
-    def relayout(self, x: HloInstruction, shape: Shape) -> HloInstruction:
-        """``x`` (of ``shape``'s dimensions and type) in ``shape``'s layout."""
-        if x.shape == shape:
-            return x
-        return self.add("copy", "copy", shape, [x])
-
-    # arithmetic
-    def convert(self, x: HloInstruction, et: str) -> HloInstruction:
-        if x.shape.element_type == et:
-            return x
-        return self.add("convert", "convert", Shape.array(et, x.shape.dimensions), [x])
-
-    def unary(self, opcode: str, x: HloInstruction) -> HloInstruction:
-        return self.add(opcode, opcode, Shape.array(x.shape.element_type, x.shape.dimensions), [x])
-
-    def binary(self, opcode: str, x: HloInstruction, y: HloInstruction) -> HloInstruction:
-        return self.add(opcode, opcode, Shape.array(x.shape.element_type, x.shape.dimensions), [x, y])
-
-    def compare(self, x: HloInstruction, y: HloInstruction, direction: str) -> HloInstruction:
-        return self.add("compare", "compare", Shape.array("pred", x.shape.dimensions), [x, y], direction=direction)
-
-    def select(self, p: HloInstruction, x: HloInstruction, y: HloInstruction) -> HloInstruction:
-        return self.add("select", "select", Shape.array(x.shape.element_type, x.shape.dimensions), [p, x, y])
+    def splat(self, scalar: HloInstruction, shape_or_dims: Shape | Sequence[int]) -> HloInstruction:
+        """A scalar broadcast to a shape or dimensions."""
+        return self.broadcast(scalar, shape_or_dims)
 
     def where_equal(self, x: HloInstruction, value: float, replacement: float) -> HloInstruction:
         """``x`` with the elements equal to ``value`` replaced by ``replacement``."""
@@ -213,42 +159,18 @@ class AttentionBuilder:
         hit = self.compare(x, self.splat(self.f32(value), dims), "EQ")
         return self.select(hit, self.splat(self.f32(replacement), dims), x)
 
-    def dot(self, lhs: HloInstruction, rhs: HloInstruction, lhs_contracting: Sequence[int],
-            rhs_contracting: Sequence[int]) -> HloInstruction:
+    def batched_dot(self, lhs: HloInstruction, rhs: HloInstruction, lhs_contracting: Sequence[int],
+             rhs_contracting: Sequence[int]) -> HloInstruction:
         """A dot of two canonical rank-4 f32 values batched over (batch, heads)."""
-        def free(x: HloInstruction, contracting: Sequence[int]) -> list[int]:
-            return [d for i, d in enumerate(x.shape.dimensions) if i not in (0, 1, *contracting)]
-        dims = list(lhs.shape.dimensions[:2]) + free(lhs, lhs_contracting) + free(rhs, rhs_contracting)
-        return self.add("dot", "dot", Shape.array(F32, dims), [lhs, rhs], lhs_batch_dims="{0,1}",
-                        rhs_batch_dims="{0,1}", lhs_contracting_dims=braces(lhs_contracting),
-                        rhs_contracting_dims=braces(rhs_contracting))
-
-    def reduce(self, x: HloInstruction, kind: str, init: HloInstruction, *axes: int) -> HloInstruction:
-        dims = [d for i, d in enumerate(x.shape.dimensions) if i not in axes]
-        comp = self.reducer(kind)
-        inst = self.add("reduce", "reduce", Shape.array(F32, dims), [x, init], dimensions=braces(axes))
-        inst.attributes["to_apply"] = Attribute("to_apply", f"%{comp.name}", comp)
-        return inst
-
-    def reducer(self, kind: str) -> HloComputation:
-        """The f32 ``add`` or ``maximum`` reduction computation (made once per call)."""
-        if kind not in self._reducers:
-            scalar = Shape.array(F32, ())
-            x = new_instruction(self.names.fresh(f"{self.call.name}.{kind}.lhs"), "parameter", scalar,
-                                parameter_number=0)
-            y = new_instruction(self.names.fresh(f"{self.call.name}.{kind}.rhs"), "parameter", scalar,
-                                parameter_number=1)
-            r = new_instruction(self.names.fresh(f"{self.call.name}.{kind}"), kind, scalar, [x, y])
-            comp_names = NameScope.of_computations(self.module)
-            comp = HloComputation(comp_names.fresh(f"{self.call.name}.{kind}_computation"), [x, y, r], r)
-            add_computation(self.module, comp, before=self.comp)
-            self._reducers[kind] = comp
-        return self._reducers[kind]
+        return self.dot(lhs, rhs, lhs_contracting, rhs_contracting, (0, 1), (0, 1))
 
     # attention pieces
     def canonical(self, x: HloInstruction, roles: Roles) -> HloInstruction:
         """A rank-4 operand as f32 ``[batch, heads, seq, feature]``."""
-        return self.convert(self.transpose(x, roles.to_canonical), F32)
+        perm = tuple(roles.to_canonical)
+        if perm != tuple(range(len(perm))):
+            x = self.transpose(x, perm)
+        return self.convert(x, F32)
 
     def all_heads(self, x: HloInstruction, group: int) -> HloInstruction:
         """``[B, Nk, S, H]`` -> ``[B, Nk * group, S, H]``: query head ``h`` reads head ``h // group``."""
@@ -264,7 +186,7 @@ class AttentionBuilder:
             return x
         B, N, S, H = x.shape.dimensions
         split = self.reshape(x, (B, N // group, group, S, H))
-        return self.reduce(split, "add", self.f32(0.0), 2)
+        return self.reduce(split, self.f32(0.0), (2,), "add")
 
     def bias(self, bias: HloInstruction, dims) -> HloInstruction:
         """The bias as f32 ``dims``, broadcast over its size-1 batch or head dimension."""

@@ -29,10 +29,11 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from ..hlo import HloComputation, HloInstruction, Shape
-from ..hlo.attributes import Attribute, ConvDimensionNumbers, WindowDim, decode
+from ..hlo.attributes import ConvDimensionNumbers, WindowDim
+from ..hlo.builder import HloBuilder
 from ..hlo.conv_call import TARGET_KINDS, ConvCall, ConvKind, parse_conv_call
 from ..hlo.rewrite import (NameScope, add_computation, control_predecessors, insert_instructions, module_of,
-                           new_instruction, remove_dead, replace_instructions, replace_uses, take_name)
+                           remove_dead, replace_instructions, replace_uses, take_name)
 from .fusion_builder import build_fusion
 
 
@@ -41,12 +42,12 @@ def lower_conv_call(comp: HloComputation, inst: HloInstruction) -> None:
     call = parse_conv_call(inst)
     module = module_of(comp)
     names = NameScope.of_instructions(module.computations)
-    b = _Members(names, inst)
+    b = _Members(comp, inst, names)
     build = {ConvKind.BACKWARD_INPUT: _backward_input, ConvKind.BACKWARD_FILTER: _backward_filter}.get(
         call.kind, _forward)
     root = build(b, call, list(inst.operands))
     fused_name = NameScope.of_computations(module).fresh(f"fused_{inst.name}")
-    fusion = build_fusion(b.members, root, fused_name, "kOutput")
+    fusion = build_fusion(b.new, root, fused_name, "kOutput")
     add_computation(module, fusion.fused_computation, before=comp)
     insert_instructions(comp, [fusion], before=inst)
     _replace_call(comp, inst, call, fusion, names)
@@ -57,45 +58,24 @@ LOWERINGS: dict[str, Callable[[HloComputation, HloInstruction], None]] = {t: low
 
 # ---- the fused computation ---------------------------------------------------------------------
 
-class _Members:
-    """The instructions of the new fusion, in order (copied into it by ``build_fusion``)."""
+class _Members(HloBuilder):
+    """The ``HloBuilder`` of the new fusion's instructions (copied into it by
+    ``build_fusion``): named ``<call>.<what>``, each in its first operand's layout."""
 
-    def __init__(self, names: NameScope, call: HloInstruction):
-        self.names, self.call, self.members = names, call, []
-
-    def add(self, what: str, opcode: str, shape: Shape, operands: Sequence[HloInstruction] = (),
-            attrs: dict[str, Attribute] | None = None, literal_text: str | None = None) -> HloInstruction:
-        inst = new_instruction(self.names.fresh(f"{self.call.name}.{what}"), opcode, shape, operands, attrs,
-                               like=self.call, literal_text=literal_text)
-        self.members.append(inst)
-        return inst
+    def __init__(self, comp: HloComputation, call: HloInstruction, names: NameScope):
+        super().__init__(comp, call, names=names, keep_layout=True)
 
     def scalar(self, et: str, value: float) -> HloInstruction:
-        return self.add("constant", "constant", Shape.array(et, []), literal_text=_literal(et, value))
-
-    def broadcast(self, operand: HloInstruction, shape: Shape, dims: Sequence[int] = ()) -> HloInstruction:
-        return self.add("broadcast", "broadcast", shape, [operand], {"dimensions": _int_list("dimensions", dims)})
+        return self.constant(et, _literal(et, value))
 
     def splat(self, et: str, value: float, shape: Shape) -> HloInstruction:
         return self.broadcast(self.scalar(et, value), shape)
 
-    def convert(self, operand: HloInstruction, et: str) -> HloInstruction:
-        if operand.shape.element_type == et:
-            return operand
-        return self.add("convert", "convert", operand.shape.with_element_type(et), [operand])
-
-    def binary(self, opcode: str, a: HloInstruction, c: HloInstruction) -> HloInstruction:
-        return self.add(opcode, opcode, a.shape, [a, c])
-
-    def convolution(self, shape: Shape, lhs: HloInstruction, rhs: HloInstruction, window: Sequence[WindowDim],
-                    dn: ConvDimensionNumbers, feature_groups: int = 1, batch_groups: int = 1) -> HloInstruction:
-        attrs = {"window": _attribute("window", window_text(window))} if window else {}
-        attrs["dim_labels"] = _attribute("dim_labels", dim_labels_text(dn))
-        if feature_groups != 1:
-            attrs["feature_group_count"] = _attribute("feature_group_count", str(feature_groups))
-        if batch_groups != 1:
-            attrs["batch_group_count"] = _attribute("batch_group_count", str(batch_groups))
-        return self.add("convolution", "convolution", shape, [lhs, rhs], attrs)
+    def conv(self, shape: Shape, lhs: HloInstruction, rhs: HloInstruction, window: Sequence[WindowDim],
+             dn: ConvDimensionNumbers, feature_groups: int = 1, batch_groups: int = 1) -> HloInstruction:
+        """The convolution, accumulating in ``shape``'s type and laid out as ``shape``."""
+        return self.convolution(lhs, rhs, window, dn, feature_groups, batch_groups, et=shape.element_type,
+                                layout=shape.layout)
 
 
 def _like_result(call: ConvCall, et: str) -> Shape:
@@ -113,12 +93,12 @@ def _forward(b: _Members, call: ConvCall, ops: list[HloInstruction]) -> HloInstr
     out_et = call.result.element_type
     if call.kind is ConvKind.FORWARD:
         conv_et = "s32" if call.is_integer else out_et
-        conv = b.convolution(_like_result(call, conv_et), x, w, call.window, call.dnums, call.feature_group_count)
+        conv = b.conv(_like_result(call, conv_et), x, w, call.window, call.dnums, call.feature_group_count)
         return b.convert(conv, out_et)
     ct = call.compute_type
     conv_et = "s32" if call.is_integer else ct
     full = _like_result(call, ct)
-    t = b.convert(b.convolution(_like_result(call, conv_et), x, w, call.window, call.dnums,
+    t = b.convert(b.conv(_like_result(call, conv_et), x, w, call.window, call.dnums,
                                 call.feature_group_count), ct)
     if call.conv_result_scale != 1.0:
         t = b.binary("multiply", t, b.splat(ct, call.conv_result_scale, full))
@@ -143,13 +123,12 @@ def _activation(b: _Members, call: ConvCall, t: HloInstruction, full: Shape) -> 
         return b.binary("maximum", t, zero)
     if act == "kRelu6":
         return b.binary("minimum", b.binary("maximum", t, zero), b.splat(ct, 6.0, full))
-    positive = b.add("compare", "compare", full.with_element_type("pred"), [t, zero],
-                     {"direction": Attribute("direction", "GT", "GT")})
+    positive = b.compare(t, zero, "GT")
     if act == "kElu":
-        negative = b.add("exponential-minus-one", "exponential-minus-one", full, [t])
+        negative = b.unary("exponential-minus-one", t)
     else:  # kLeakyRelu
         negative = b.binary("multiply", t, b.splat(ct, call.leakyrelu_alpha, full))
-    return b.add("select", "select", full, [positive, t, negative])
+    return b.select(positive, t, negative)
 
 
 def _backward_input(b: _Members, call: ConvCall, ops: list[HloInstruction]) -> HloInstruction:
@@ -174,7 +153,7 @@ def _backward_input(b: _Members, call: ConvCall, ops: list[HloInstruction]) -> H
         kernel = _regroup_kernel(b, call, w)
         kernel_labels = (0, 1, tuple(range(2, 2 + call.spatial_rank)))
     dn = ConvDimensionNumbers(*lhs_labels, *kernel_labels, *out_labels)
-    return b.convolution(call.result, dy, kernel, window, dn, feature_groups=G)
+    return b.conv(call.result, dy, kernel, window, dn, feature_groups=G)
 
 
 def _regroup_kernel(b: _Members, call: ConvCall, w: HloInstruction) -> HloInstruction:
@@ -184,15 +163,12 @@ def _regroup_kernel(b: _Members, call: ConvCall, w: HloInstruction) -> HloInstru
     wd = call.w.dimensions
     O, ci = wd[D.kernel_output_feature_dimension], wd[D.kernel_input_feature_dimension]
     spatial = [wd[d] for d in D.kernel_spatial_dimensions]
-    et = call.w.element_type
     order = (D.kernel_output_feature_dimension, D.kernel_input_feature_dimension, *D.kernel_spatial_dimensions)
-    t = b.add("transpose", "transpose", Shape.array(et, [O, ci, *spatial]), [w],
-              {"dimensions": _int_list("dimensions", order)})
-    t = b.add("reshape", "reshape", Shape.array(et, [G, O // G, ci, *spatial]), [t])
+    t = b.transpose(w, order)
+    t = b.reshape(t, [G, O // G, ci, *spatial])
     swap = (1, 0) + tuple(range(2, 3 + len(spatial)))
-    t = b.add("transpose", "transpose", Shape.array(et, [O // G, G, ci, *spatial]), [t],
-              {"dimensions": _int_list("dimensions", swap)})
-    return b.add("reshape", "reshape", Shape.array(et, [O // G, G * ci, *spatial]), [t])
+    t = b.transpose(t, swap)
+    return b.reshape(t, [O // G, G * ci, *spatial])
 
 
 def _backward_filter(b: _Members, call: ConvCall, ops: list[HloInstruction]) -> HloInstruction:
@@ -208,11 +184,10 @@ def _backward_filter(b: _Members, call: ConvCall, ops: list[HloInstruction]) -> 
         D.input_feature_dimension, D.input_batch_dimension, D.input_spatial_dimensions,
         D.output_batch_dimension, D.output_feature_dimension, D.output_spatial_dimensions,
         D.kernel_input_feature_dimension, D.kernel_output_feature_dimension, D.kernel_spatial_dimensions)
-    conv = b.convolution(call.result, x, dy, window, dn, batch_groups=call.feature_group_count)
+    conv = b.conv(call.result, x, dy, window, dn, batch_groups=call.feature_group_count)
     if not call.reversed:
         return conv
-    return b.add("reverse", "reverse", call.result, [conv],
-                 {"dimensions": _int_list("dimensions", D.kernel_spatial_dimensions)})
+    return b.reverse(conv, D.kernel_spatial_dimensions)
 
 
 # ---- replacing the call ------------------------------------------------------------------------
@@ -239,9 +214,9 @@ def _replace_call(comp: HloComputation, inst: HloInstruction, call: ConvCall, va
     replace_uses(comp, redirect)
     remove_dead(comp, redirect)
     if inst is comp.root or any(inst in u.operands for u in comp.instructions):
-        tup = new_instruction(names.fresh(f"{inst.name}.tuple"), "tuple", inst.shape, [value, zeros()], like=inst)
-        insert_instructions(comp, [tup], before=inst)
-        replacement = tup
+        t = HloBuilder(comp, inst, names=names)
+        replacement = t.tuple_of([value, zeros()])
+        t.insert()
     else:
         replacement = value
     replace_instructions(comp, {inst: replacement})
@@ -251,64 +226,16 @@ def _replace_call(comp: HloComputation, inst: HloInstruction, call: ConvCall, va
 def _zeros(comp: HloComputation, like: HloInstruction, shape: Shape, names: NameScope) -> HloInstruction:
     """u8 zeros of ``shape`` placed before ``like``: a broadcast constant (an empty literal when
     the scratch has no bytes)."""
-    et = shape.element_type
+    b = HloBuilder(comp, like, names=names)
     if shape.element_count() == 0:
-        out = new_instruction(names.fresh(f"{like.name}.scratch"), "constant", shape, literal_text="{}", like=like)
-        insert_instructions(comp, [out], before=like)
-        return out
-    zero = new_instruction(names.fresh(f"{like.name}.zero"), "constant", Shape.array(et, []),
-                           literal_text="0", like=like)
-    out = new_instruction(names.fresh(f"{like.name}.scratch"), "broadcast", shape, [zero],
-                          {"dimensions": _int_list("dimensions", ())}, like=like)
-    insert_instructions(comp, [zero, out], before=like)
+        out = b.instruction("constant", shape=shape, literal="{}", name="scratch")
+    else:
+        out = b.broadcast(b.constant(shape.element_type, "0", name="zero"), shape, name="scratch")
+    b.insert()
     return out
 
 
-# ---- attribute text ----------------------------------------------------------------------------
-
-def window_text(window: Sequence[WindowDim]) -> str:
-    """``{size=3x3 stride=2x2 pad=1_1x1_1 lhs_dilate=.. rhs_dilate=.. rhs_reversal=..}``,
-    fields at their defaults left out (``size`` always written)."""
-    def row(values) -> str:
-        return "x".join(str(v) for v in values)
-    parts = [f"size={row(w.size for w in window)}"]
-    if any(w.stride != 1 for w in window):
-        parts.append(f"stride={row(w.stride for w in window)}")
-    if any(w.padding_low or w.padding_high for w in window):
-        parts.append("pad=" + "x".join(f"{w.padding_low}_{w.padding_high}" for w in window))
-    if any(w.base_dilation != 1 for w in window):
-        parts.append(f"lhs_dilate={row(w.base_dilation for w in window)}")
-    if any(w.window_dilation != 1 for w in window):
-        parts.append(f"rhs_dilate={row(w.window_dilation for w in window)}")
-    if any(w.window_reversal for w in window):
-        parts.append(f"rhs_reversal={row(int(w.window_reversal) for w in window)}")
-    return "{" + " ".join(parts) + "}"
-
-
-def dim_labels_text(dn: ConvDimensionNumbers) -> str:
-    """``b01f_01io->b01f`` for ``dn``."""
-    def part(rank: int, first: tuple[int, str], second: tuple[int, str], spatial: Sequence[int]) -> str:
-        chars = [""] * rank
-        chars[first[0]], chars[second[0]] = first[1], second[1]
-        for k, d in enumerate(spatial):
-            chars[d] = str(k)
-        return "".join(chars)
-    rank = len(dn.input_spatial_dimensions) + 2
-    lhs = part(rank, (dn.input_batch_dimension, "b"), (dn.input_feature_dimension, "f"), dn.input_spatial_dimensions)
-    rhs = part(rank, (dn.kernel_input_feature_dimension, "i"), (dn.kernel_output_feature_dimension, "o"),
-               dn.kernel_spatial_dimensions)
-    out = part(rank, (dn.output_batch_dimension, "b"), (dn.output_feature_dimension, "f"),
-               dn.output_spatial_dimensions)
-    return f"{lhs}_{rhs}->{out}"
-
-
-def _attribute(name: str, raw: str) -> Attribute:
-    return Attribute(name, raw, decode(name, raw))
-
-
-def _int_list(name: str, values: Sequence[int]) -> Attribute:
-    return _attribute(name, "{" + ",".join(str(v) for v in values) + "}")
-
+# ---- literals ----------------------------------------------------------------------------
 
 def _literal(et: str, value: float) -> str:
     """A scalar literal's text that reads back as ``value`` rounded to ``et``."""

@@ -39,11 +39,11 @@ original instruction's name and its place for users, the root and control succes
 """
 from __future__ import annotations
 
-from hlo_compile.hlo.attributes import Attribute, decode
+from hlo_compile.hlo.builder import HloBuilder
 from hlo_compile.hlo.element_types import bit_width, element_type
 from hlo_compile.hlo.errors import HloUnsupportedError
 from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule
-from hlo_compile.hlo.rewrite import NameScope, insert_instructions, new_instruction, replace_instructions, take_name
+from hlo_compile.hlo.rewrite import NameScope, replace_instructions, take_name
 from hlo_compile.hlo.shape import Shape
 
 # the algorithm ``rng_default`` means on XLA:CPU and XLA:GPU (both compilers register the
@@ -73,7 +73,7 @@ def _expand(comp: HloComputation, rng: HloInstruction, names: NameScope) -> None
     algorithm = rng.attr("algorithm", "rng_default")
     algorithm = DEFAULT_ALGORITHM if algorithm == "rng_default" else algorithm
     _check(rng, algorithm, state_shape, out_shape)
-    b = _Builder(rng, names)
+    b = _Builder(comp, rng, names)
     state = rng.operands[0]
     dims = tuple(out_shape.dimensions)
     out_type = out_shape.element_type
@@ -87,11 +87,11 @@ def _expand(comp: HloComputation, rng: HloInstruction, names: NameScope) -> None
         raw, new_state = _three_fry(b, state, dims, wide)
         bits = _to_type(b, raw, out_type)
     if bits.shape != out_shape:  # the expansion builds default layouts: relay out to the declared one
-        bits = b.add("copy", "copy", None, [bits], shape=out_shape)
-    result = b.add("tuple", "tuple", None, [new_state, bits], shape=Shape.tuple_of([state_shape, out_shape]))
+        bits = b.relayout(bits, out_shape)
+    result = b.tuple_of([new_state, bits])
     # the tuple stands for the rng: its name, its place, its control edges, its users
     take_name(result, rng, names)
-    insert_instructions(comp, b.new, before=rng)
+    b.insert()
     replace_instructions(comp, {rng: result})
 
 
@@ -111,29 +111,20 @@ def _check(rng: HloInstruction, algorithm: str, state: Shape, out: Shape) -> Non
 
 # ---- building instructions ---------------------------------------------------------------------
 
-class _Builder:
-    """New instructions for one ``rng-bit-generator``, in order, named ``<rng>.<what>``;
-    constants and broadcasts are made once."""
+class _Builder(HloBuilder):
+    """The ``HloBuilder`` of one ``rng-bit-generator`` (instructions named ``<rng>.<what>``,
+    default layouts) with the generator's helpers: constants and scalar broadcasts made once,
+    integer operands taken as scalars broadcast to the other operand's shape."""
 
-    def __init__(self, rng: HloInstruction, names: NameScope):
-        self.rng, self.names = rng, names
-        self.new: list[HloInstruction] = []
+    def __init__(self, comp: HloComputation, rng: HloInstruction, names: NameScope):
+        super().__init__(comp, rng, names=names)
         self._cache: dict[tuple, HloInstruction] = {}
-
-    def add(self, what: str, opcode: str, et: str | None, operands, dims=(), shape: Shape | None = None,
-            literal: str | None = None, **raw_attrs: str) -> HloInstruction:
-        attrs = {k: Attribute(k, raw, decode(k, raw)) for k, raw in raw_attrs.items()}
-        inst = new_instruction(self.names.fresh(f"{self.rng.name}.{what}"), opcode,
-                               shape or Shape.array(et, tuple(dims)), operands, attrs, like=self.rng,
-                               literal_text=literal)
-        self.new.append(inst)
-        return inst
 
     # constants
     def scalar(self, et: str, value: int) -> HloInstruction:
         key = ("c", et, value)
         if key not in self._cache:
-            self._cache[key] = self.add("constant", "constant", et, [], literal=str(value))
+            self._cache[key] = self.constant(et, str(value))
         return self._cache[key]
 
     def splat(self, et: str, value: int, dims) -> HloInstruction:
@@ -141,89 +132,57 @@ class _Builder:
         dims = tuple(dims)
         if not dims:
             return self.scalar(et, value)
-        return self.broadcast(self.scalar(et, value), dims)
+        return self.spread(self.scalar(et, value), dims)
 
-    # shape ops
-    def broadcast(self, x: HloInstruction, dims) -> HloInstruction:
+    # shapes
+    def spread(self, x: HloInstruction, dims) -> HloInstruction:
         """Scalar ``x`` broadcast to ``dims`` (``x`` itself for a scalar result), made once."""
         dims = tuple(dims)
         if not dims:
             return x
         key = ("x", id(x), dims)
         if key not in self._cache:
-            self._cache[key] = self.add("broadcast", "broadcast", x.shape.element_type, [x], dims, dimensions="{}")
+            self._cache[key] = self.broadcast(x, dims)
         return self._cache[key]
 
-    def reshape(self, x: HloInstruction, dims) -> HloInstruction:
-        dims = tuple(dims)
-        if tuple(x.shape.dimensions) == dims:
-            return x
-        return self.add("reshape", "reshape", x.shape.element_type, [x], dims)
-
-    def slice(self, x: HloInstruction, limits) -> HloInstruction:
+    def leading(self, x: HloInstruction, limits) -> HloInstruction:
         """The leading ``limits`` of ``x`` (``x`` itself when that is all of it)."""
         limits = tuple(limits)
         if tuple(x.shape.dimensions) == limits:
             return x
-        raw = "{" + ", ".join(f"[0:{n}]" for n in limits) + "}"
-        return self.add("slice", "slice", x.shape.element_type, [x], limits, slice=raw)
+        return self.slice(x, [0] * len(limits), limits)
 
     def element(self, vector: HloInstruction, i: int) -> HloInstruction:
         """Element ``i`` of a vector, as a scalar."""
-        raw = "{" + f"[{i}:{i + 1}]" + "}"
-        one = self.add("slice", "slice", vector.shape.element_type, [vector], (1,), slice=raw)
-        return self.reshape(one, ())
-
-    def concatenate(self, parts, axis: int) -> HloInstruction:
-        dims = list(parts[0].shape.dimensions)
-        dims[axis] = sum(p.shape.dimensions[axis] for p in parts)
-        return self.add("concatenate", "concatenate", parts[0].shape.element_type, list(parts), dims,
-                        dimensions="{" + str(axis) + "}")
-
-    def iota(self, dims, axis: int) -> HloInstruction:
-        return self.add("iota", "iota", "u64", [], dims, iota_dimension=str(axis))
+        return self.reshape(self.slice(vector, (i,), (i + 1,)), ())
 
     # arithmetic (operands of one shape; ints are scalars broadcast to it)
-    def binary(self, opcode: str, x: HloInstruction, y) -> HloInstruction:
-        et, dims = x.shape.element_type, tuple(x.shape.dimensions)
+    def arith(self, opcode: str, x: HloInstruction, y) -> HloInstruction:
         if isinstance(y, int):
-            y = self.splat(et, y, dims)
-        return self.add(opcode, opcode, et, [x, y], dims)
+            y = self.splat(x.shape.element_type, y, x.shape.dimensions)
+        return self.binary(opcode, x, y)
 
     def add_(self, x, y):
-        return self.binary("add", x, y)
+        return self.arith("add", x, y)
 
     def xor(self, x, y):
-        return self.binary("xor", x, y)
+        return self.arith("xor", x, y)
 
     def or_(self, x, y):
-        return self.binary("or", x, y)
-
-    def convert(self, x: HloInstruction, et: str) -> HloInstruction:
-        if x.shape.element_type == et:
-            return x
-        return self.add("convert", "convert", et, [x], x.shape.dimensions)
-
-    def bitcast_convert(self, x: HloInstruction, et: str) -> HloInstruction:
-        if x.shape.element_type == et:
-            return x
-        return self.add("bitcast-convert", "bitcast-convert", et, [x], x.shape.dimensions)
+        return self.arith("or", x, y)
 
     def below(self, x: HloInstruction, y: HloInstruction) -> HloInstruction:
         """``x < y`` (unsigned)."""
-        return self.add("compare", "compare", "pred", [x, y], x.shape.dimensions, direction="LT")
-
-    def select(self, p: HloInstruction, x: HloInstruction, y: HloInstruction) -> HloInstruction:
-        return self.add("select", "select", x.shape.element_type, [p, x, y], x.shape.dimensions)
+        return self.compare(x, y, "LT")
 
     # 32/64-bit word helpers
     def halves(self, x64: HloInstruction) -> tuple[HloInstruction, HloInstruction]:
         """(low, high) 32-bit halves of a u64 value."""
-        return self.convert(x64, "u32"), self.convert(self.binary("shift-right-logical", x64, 32), "u32")
+        return self.convert(x64, "u32"), self.convert(self.arith("shift-right-logical", x64, 32), "u32")
 
     def join(self, lo: HloInstruction, hi: HloInstruction) -> HloInstruction:
         """``lo | hi << 32`` as u64."""
-        return self.or_(self.convert(lo, "u64"), self.binary("shift-left", self.convert(hi, "u64"), 32))
+        return self.or_(self.convert(lo, "u64"), self.arith("shift-left", self.convert(hi, "u64"), 32))
 
     def interleave(self, parts, axis: int, dims) -> HloInstruction:
         """``parts`` (one shape H) laid side by side along ``axis``: element ``h`` of part ``j``
@@ -232,7 +191,7 @@ class _Builder:
         unit = h[:axis + 1] + (1,) + h[axis + 1:]
         joined = self.concatenate([self.reshape(p, unit) for p in parts], axis + 1)
         flat = self.reshape(joined, h[:axis] + (h[axis] * len(parts),) + h[axis + 1:])
-        return self.slice(flat, dims)
+        return self.leading(flat, dims)
 
 
 def _to_type(b: _Builder, raw: HloInstruction, out_type: str) -> HloInstruction:
@@ -261,10 +220,10 @@ def _philox(b: _Builder, state: HloInstruction, state_size: int, dims, wide: boo
     per_block = 2 if wide else 4
     blocks = -(-count // per_block)
     # counters lo + iota with the carry into the high half
-    low = b.add_(b.broadcast(lo, (blocks,)), b.iota((blocks,), 0))
-    carried = b.below(low, b.broadcast(lo, (blocks,)))
+    low = b.add_(b.spread(lo, (blocks,)), b.iota((blocks,), 0, "u64"))
+    carried = b.below(low, b.spread(lo, (blocks,)))
     hi_plus = b.add_(hi, 1)
-    high = b.select(carried, b.broadcast(hi_plus, (blocks,)), b.broadcast(hi, (blocks,)))
+    high = b.select(carried, b.spread(hi_plus, (blocks,)), b.spread(hi, (blocks,)))
     words = [*b.halves(low), *b.halves(high)]
     k0, k1 = b.halves(key)
     w = _philox_rounds(b, words, k0, k1)
@@ -286,10 +245,10 @@ def _philox_rounds(b: _Builder, x, k0: HloInstruction, k1: HloInstruction):
         # round r uses the key advanced r times (mod 2**32), computed on scalars
         a = k0 if r == 0 else b.add_(k0, r * _PHILOX_KEY_STEPS[0] & _MASK32)
         c = k1 if r == 0 else b.add_(k1, r * _PHILOX_KEY_STEPS[1] & _MASK32)
-        lo0, hi0 = b.halves(b.binary("multiply", b.convert(x[0], "u64"), m0))
-        lo1, hi1 = b.halves(b.binary("multiply", b.convert(x[2], "u64"), m1))
-        x = [b.xor(b.xor(hi1, x[1]), b.broadcast(a, dims)), lo1,
-             b.xor(b.xor(hi0, x[3]), b.broadcast(c, dims)), lo0]
+        lo0, hi0 = b.halves(b.arith("multiply", b.convert(x[0], "u64"), m0))
+        lo1, hi1 = b.halves(b.arith("multiply", b.convert(x[2], "u64"), m1))
+        x = [b.xor(b.xor(hi1, x[1]), b.spread(a, dims)), lo1,
+             b.xor(b.xor(hi0, x[3]), b.spread(c, dims)), lo0]
     return x
 
 
@@ -329,12 +288,12 @@ def _split_dimension(dims) -> int:
 
 def _counters(b: _Builder, start: HloInstruction, dims) -> HloInstruction:
     """``start + i`` (u64, wrapping) for the row-major index ``i`` of each element of ``dims``."""
-    out = b.broadcast(start, dims)
+    out = b.spread(start, dims)
     stride = 1
     for axis in reversed(range(len(dims))):
         if dims[axis] > 1:
-            term = b.iota(dims, axis)
-            out = b.add_(out, term if stride == 1 else b.binary("multiply", term, stride))
+            term = b.iota(dims, axis, "u64")
+            out = b.add_(out, term if stride == 1 else b.arith("multiply", term, stride))
         stride *= dims[axis]
     return out
 
@@ -343,14 +302,14 @@ def _three_fry_rounds(b: _Builder, x0: HloInstruction, x1: HloInstruction, k0: H
                       k1: HloInstruction):
     dims = x0.shape.dimensions
     ks = [k0, k1, b.xor(b.xor(b.scalar("u32", _THREE_FRY_PARITY), k0), k1)]
-    x0 = b.add_(x0, b.broadcast(k0, dims))
-    x1 = b.add_(x1, b.broadcast(k1, dims))
+    x0 = b.add_(x0, b.spread(k0, dims))
+    x1 = b.add_(x1, b.spread(k1, dims))
     for block in range(5):
         for r in _THREE_FRY_ROTATIONS[block % 2]:
             x0 = b.add_(x0, x1)
-            rotated = b.or_(b.binary("shift-left", x1, r), b.binary("shift-right-logical", x1, 32 - r))
+            rotated = b.or_(b.arith("shift-left", x1, r), b.arith("shift-right-logical", x1, 32 - r))
             x1 = b.xor(rotated, x0)
         # key injection after every four rounds (scalars, then broadcast)
-        x0 = b.add_(x0, b.broadcast(ks[(block + 1) % 3], dims))
-        x1 = b.add_(x1, b.broadcast(b.add_(ks[(block + 2) % 3], block + 1), dims))
+        x0 = b.add_(x0, b.spread(ks[(block + 1) % 3], dims))
+        x1 = b.add_(x1, b.spread(b.add_(ks[(block + 2) % 3], block + 1), dims))
     return x0, x1

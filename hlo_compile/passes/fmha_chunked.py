@@ -26,14 +26,13 @@ operands carried through), dynamic-slice, dynamic-update-slice, dot, reduce, pad
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from ..hlo import HloComputation, HloInstruction
-from ..hlo.attributes import Attribute
 from ..hlo.fmha_call import FmhaCall
-from ..hlo.rewrite import NameScope, add_computation, new_instruction, remove_dead
+from ..hlo.rewrite import NameScope, add_computation, remove_dead
 from ..hlo.shape import Shape
-from .attention_math import F32, AttentionBuilder, KeyRange, attention_output, attention_scores, braces
+from .attention_math import F32, AttentionBuilder, KeyRange, attention_output, attention_scores
 
 # Bytes of one f32 score tensor [B, N, T, S] above which attention is lowered over chunks of keys:
 # Llama 3.1 8B's (B=2, N=32, S=T=8192) is 16 GiB whole, 256 MiB in chunks of 128 keys.
@@ -70,13 +69,13 @@ def chunked_forward(b: AttentionBuilder, info: FmhaCall, chunk: int) -> list[Hlo
         k_c, v_c, key_range = keys.read(bb, i, x)
         s, can_be_empty = attention_scores(bb, info, x["q"], k_c, key_range)
         dims = s.shape.dimensions
-        m = bb.binary("maximum", x["m"], bb.reduce(s, "maximum", bb.f32(float("-inf")), 3))
+        m = bb.binary("maximum", x["m"], bb.reduce(s, bb.f32(float("-inf")), (3,), "maximum"))
         m_safe = bb.where_equal(m, float("-inf"), 0.0) if can_be_empty else m
         e = bb.unary("exponential", bb.binary("subtract", s, bb.broadcast(m_safe, dims, (0, 1, 2))))
         alpha = bb.unary("exponential", bb.binary("subtract", x["m"], m_safe))    # 0 while m was -inf
-        total = bb.binary("add", bb.binary("multiply", x["l"], alpha), bb.reduce(e, "add", bb.f32(0.0), 3))
+        total = bb.binary("add", bb.binary("multiply", x["l"], alpha), bb.reduce(e, bb.f32(0.0), (3,), "add"))
         acc = bb.binary("multiply", x["acc"], bb.broadcast(alpha, x["acc"].shape.dimensions, (0, 1, 2)))
-        acc = bb.binary("add", acc, bb.dot(e, v_c, (3,), (2,)))
+        acc = bb.binary("add", acc, bb.batched_dot(e, v_c, (3,), (2,)))
         return {"m": m, "l": total, "acc": acc}
 
     out = while_loop(b, "key_loop", carried, keys.trips, step)
@@ -94,7 +93,7 @@ def chunked_backward(b: AttentionBuilder, info: FmhaCall, chunk: int) -> list[Hl
     d_o = b.canonical(ops[info.d_o], info.do_roles)
     o = b.canonical(ops[info.o_in], info.do_roles)
     carried["d_o"] = d_o
-    carried["delta"] = b.reduce(b.binary("multiply", d_o, o), "add", b.f32(0.0), 3)
+    carried["delta"] = b.reduce(b.binary("multiply", d_o, o), b.f32(0.0), (3,), "add")
     carried["stats"] = b.convert(ops[info.stats_in], F32)
     carried["dq"] = b.splat(b.f32(0.0), (B, N, T, H))
     zero = b.constant(et, "0")
@@ -112,17 +111,17 @@ def chunked_backward(b: AttentionBuilder, info: FmhaCall, chunk: int) -> list[Hl
         p = bb.unary("exponential", bb.binary("subtract", s, bb.broadcast(x["stats"], dims, (0, 1, 2))))
         if can_be_empty:
             p = bb.select(bb.compare(s, bb.splat(bb.f32(float("-inf")), dims), "EQ"), bb.splat(bb.f32(0.0), dims), p)
-        dp = bb.dot(x["d_o"], v_c, (3,), (3,))
+        dp = bb.batched_dot(x["d_o"], v_c, (3,), (3,))
         ds = bb.binary("multiply", p, bb.binary("subtract", dp, bb.broadcast(x["delta"], dims, (0, 1, 2))))
         ds_scaled = bb.binary("multiply", ds, bb.splat(bb.f32(info.scale), dims))
-        dq = bb.binary("add", x["dq"], bb.dot(ds_scaled, k_c, (3,), (2,)))
-        dk_c = bb.convert(bb.group_sum(bb.dot(ds_scaled, x["q"], (2,), (2,)), info.group), et)
-        dv_c = bb.convert(bb.group_sum(bb.dot(p, x["d_o"], (2,), (2,)), info.group), et)
+        dq = bb.binary("add", x["dq"], bb.batched_dot(ds_scaled, k_c, (3,), (2,)))
+        dk_c = bb.convert(bb.group_sum(bb.batched_dot(ds_scaled, x["q"], (2,), (2,)), info.group), et)
+        dv_c = bb.convert(bb.group_sum(bb.batched_dot(p, x["d_o"], (2,), (2,)), info.group), et)
         out = {"dq": dq, "dk": _update(bb, x["dk"], dk_c, key_range.start, 2),
                "dv": _update(bb, x["dv"], dv_c, key_range.start, 2)}
         if info.dbias is not None:
             summed = [d for d in range(4) if info.bias_dims[d] == 1 and dims[d] != 1]
-            db = bb.reduce(ds, "add", bb.f32(0.0), *summed) if summed else ds
+            db = bb.reduce(ds, bb.f32(0.0), summed, "add") if summed else ds
             db = bb.convert(bb.reshape(db, tuple(x["dbias"].shape.dimensions[:3]) + (chunk,)),
                             x["dbias"].shape.element_type)
             out["dbias"] = _update(bb, x["dbias"], db, key_range.start, 3)
@@ -176,10 +175,8 @@ class _Keys:
         if dims[axis] == self.padded:
             return x
         extra = self.padded - dims[axis]
-        dims[axis] = self.padded
-        config = "x".join(f"0_{extra}" if d == axis else "0_0" for d in range(len(dims)))
-        return b.add("pad", "pad", Shape.array(x.shape.element_type, dims),
-                     [x, b.constant(x.shape.element_type, "0")], padding=config)
+        config = [(0, extra) if d == axis else (0, 0) for d in range(len(dims))]
+        return b.pad(x, b.constant(x.shape.element_type, "0"), config)
 
     def unpad(self, b: AttentionBuilder, x: HloInstruction, axis: int) -> HloInstruction:
         """``x`` without the padding keys along ``axis``."""
@@ -187,8 +184,7 @@ class _Keys:
         if dims[axis] == self.info.kv_len:
             return x
         dims[axis] = self.info.kv_len
-        return b.add("slice", "slice", Shape.array(x.shape.element_type, dims), [x],
-                     slice="{" + ", ".join(f"[0:{d}]" for d in dims) + "}")
+        return b.slice(x, [0] * len(dims), dims)
 
 
 def _starts(b: AttentionBuilder, rank: int, start: HloInstruction, axis: int) -> list[HloInstruction]:
@@ -200,15 +196,13 @@ def _chunk(b: AttentionBuilder, x: HloInstruction, start: HloInstruction, size: 
     """``size`` elements of ``x`` along ``axis`` from ``start``."""
     dims = list(x.shape.dimensions)
     dims[axis] = size
-    return b.add("dynamic-slice", "dynamic-slice", Shape.array(x.shape.element_type, dims),
-                 [x, *_starts(b, len(dims), start, axis)], dynamic_slice_sizes=braces(dims))
+    return b.dynamic_slice(x, _starts(b, len(dims), start, axis), dims)
 
 
 def _update(b: AttentionBuilder, x: HloInstruction, part: HloInstruction, start: HloInstruction,
             axis: int) -> HloInstruction:
     """``x`` with ``part`` written along ``axis`` from ``start``."""
-    return b.add("dynamic-update-slice", "dynamic-update-slice", x.shape,
-                 [x, part, *_starts(b, x.shape.rank, start, axis)])
+    return b.dynamic_update_slice(x, part, _starts(b, x.shape.rank, start, axis))
 
 
 # ---- the loop ----------------------------------------------------------------------------------
@@ -221,7 +215,7 @@ def while_loop(b: AttentionBuilder, what: str, carried: dict[str, HloInstruction
     names = list(carried)
     init = [b.constant("s32", "0")] + [carried[n] for n in names]
     shape = Shape.tuple_of([x.shape for x in init])
-    loop_init = b.add(f"{what}.init", "tuple", shape, init)
+    loop_init = b.tuple_of(init, name=f"{what}.init")
 
     body_b = b.fork()
     param, values = _unpacked(body_b, f"{what}.body", shape)
@@ -233,7 +227,7 @@ def while_loop(b: AttentionBuilder, what: str, carried: dict[str, HloInstruction
     nxt += [changed.get(n, x[n]) for n in names]
     for n, v in zip(names, nxt[1:]):
         assert v.shape == x[n].shape, f"loop value {n}: {v.shape} != {x[n].shape}"
-    root = body_b.add(f"{what}.next", "tuple", shape, nxt)
+    root = body_b.tuple_of(nxt, name=f"{what}.next")
     body = _computation(b, f"{what}_body", param, body_b, root)
 
     cond_b = b.fork()
@@ -241,28 +235,24 @@ def while_loop(b: AttentionBuilder, what: str, carried: dict[str, HloInstruction
     more = cond_b.compare(cvalues[0], cond_b.constant("s32", str(trips)), "LT")
     cond = _computation(b, f"{what}_cond", cparam, cond_b, more)
 
-    loop = b.add(what, "while", shape, [loop_init])
-    loop.attributes["condition"] = Attribute("condition", f"%{cond.name}", cond)
-    loop.attributes["body"] = Attribute("body", f"%{body.name}", body)
-    return {n: b.add(f"{what}.{n}", "get-tuple-element", shape.tuple_shapes[k + 1], [loop], index=str(k + 1))
-            for k, n in enumerate(names)}
+    loop = b.while_loop(loop_init, cond, body, name=what)
+    return {n: b.get_tuple_element(loop, k + 1, name=f"{what}.{n}") for k, n in enumerate(names)}
 
 
 def _unpacked(b: AttentionBuilder, what: str, shape: Shape,
               only: int | None = None) -> tuple[HloInstruction, list[HloInstruction]]:
     """A loop computation's tuple parameter and its first ``only`` (default: all) elements."""
-    param = new_instruction(b.names.fresh(f"{b.call.name}.{what}.param"), "parameter", shape, like=b.call,
-                            parameter_number=0)
-    leaves: Sequence[Shape] = shape.tuple_shapes[:only] if only else shape.tuple_shapes
-    return param, [b.add(f"{what}.gte", "get-tuple-element", s, [param], index=str(k)) for k, s in enumerate(leaves)]
+    param = b.parameter(0, shape, name=f"{what}.param")
+    count = only if only else len(shape.tuple_shapes)
+    return param, [b.get_tuple_element(param, k, name=f"{what}.gte") for k in range(count)]
 
 
 def _computation(b: AttentionBuilder, what: str, param: HloInstruction, built: AttentionBuilder,
                  root: HloInstruction) -> HloComputation:
     """The computation of ``param`` and ``built``'s instructions (unread ones dropped), added to
     the module before ``b``'s computation."""
-    comp = HloComputation(NameScope.of_computations(b.module).fresh(f"{b.call.name}.{what}"),
-                          [param] + built.new, root)
-    remove_dead(comp, built.new)
+    assert built.new[0] is param
+    comp = HloComputation(NameScope.of_computations(b.module).fresh(f"{b.call.name}.{what}"), list(built.new), root)
+    remove_dead(comp, built.new[1:])
     add_computation(b.module, comp, before=b.comp)
     return comp

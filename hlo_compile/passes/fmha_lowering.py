@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from ..hlo import HloComputation, HloInstruction
 from ..hlo.fmha_call import FmhaCall, fmha_call
 from ..hlo.library_targets import FMHA_TARGETS
-from ..hlo.rewrite import insert_instructions, remove_dead, replace_instructions, replace_uses, take_name
+from ..hlo.rewrite import remove_dead, replace_instructions, replace_uses, take_name
 from ..hlo.shape import Shape
 from .attention_math import F32, AttentionBuilder, attention_inputs, attention_output, attention_scores
 from .fmha_chunked import SCORES_LIMIT, chunked_backward, chunked_forward, key_chunk
@@ -65,8 +65,8 @@ def replace_call(b: AttentionBuilder, leaves: list[HloInstruction], result_shape
     leaves = [b.relayout(x, s) for x, s in zip(leaves, result_shapes)]
     ws_shape = result_shapes[-1]
     workspace = b.splat(b.constant(ws_shape.element_type, "0"), ws_shape)
-    whole = b.add("tuple", "tuple", call.shape, leaves + [workspace])
-    insert_instructions(comp, b.new, before=call)
+    whole = b.tuple_of(leaves + [workspace])
+    made = b.insert()
     # readers of one leaf read the new value; the tuple stands for the call wherever the call
     # is read whole (and is dropped, with the workspace, where it is not)
     reads = [u for u in call.users if u.opcode == "get-tuple-element" and u.operands[0] is call]
@@ -74,7 +74,7 @@ def replace_call(b: AttentionBuilder, leaves: list[HloInstruction], result_shape
     replace_uses(comp, {g: by_leaf[g.tuple_index] for g in reads})
     take_name(whole, call, b.names)
     replace_instructions(comp, {call: whole})
-    remove_dead(comp, reads + [whole, workspace] + b.new)
+    remove_dead(comp, reads + [whole, workspace] + made)
 
 
 LOWERINGS: dict[str, Callable[[HloComputation, HloInstruction], None]] = {t: lower_fmha for t in FMHA_TARGETS}
@@ -91,11 +91,11 @@ def attention_forward(b: AttentionBuilder, info: FmhaCall, *, limit: int = SCORE
     q, k, v = attention_inputs(b, info)
     s, can_be_empty = attention_scores(b, info, q, k)
     dims = info.scores_dims
-    m = b.reduce(s, "maximum", b.f32(float("-inf")), 3)
+    m = b.reduce(s, b.f32(float("-inf")), (3,), "maximum")
     m_safe = b.where_equal(m, float("-inf"), 0.0) if can_be_empty else m
     e = b.unary("exponential", b.binary("subtract", s, b.broadcast(m_safe, dims, (0, 1, 2))))
-    total = b.reduce(e, "add", b.f32(0.0), 3)
-    return attention_output(b, info, b.dot(e, v, (3,), (2,)), m, total, can_be_empty)
+    total = b.reduce(e, b.f32(0.0), (3,), "add")
+    return attention_output(b, info, b.batched_dot(e, v, (3,), (2,)), m, total, can_be_empty)
 
 
 def attention_backward(b: AttentionBuilder, info: FmhaCall, *, limit: int = SCORES_LIMIT,
@@ -114,19 +114,19 @@ def attention_backward(b: AttentionBuilder, info: FmhaCall, *, limit: int = SCOR
     p = b.unary("exponential", b.binary("subtract", s, stats))
     if can_be_empty:
         p = b.select(b.compare(s, b.splat(b.f32(float("-inf")), dims), "EQ"), b.splat(b.f32(0.0), dims), p)
-    dp = b.dot(d_o, v, (3,), (3,))
-    delta = b.reduce(b.binary("multiply", d_o, o), "add", b.f32(0.0), 3)
+    dp = b.batched_dot(d_o, v, (3,), (3,))
+    delta = b.reduce(b.binary("multiply", d_o, o), b.f32(0.0), (3,), "add")
     ds = b.binary("multiply", p, b.binary("subtract", dp, b.broadcast(delta, dims, (0, 1, 2))))
     ds_scaled = b.binary("multiply", ds, b.splat(b.f32(info.scale), dims))
-    dq = b.dot(ds_scaled, k, (3,), (2,))
-    dk = b.group_sum(b.dot(ds_scaled, q, (2,), (2,)), info.group)
-    dv = b.group_sum(b.dot(p, d_o, (2,), (2,)), info.group)
+    dq = b.batched_dot(ds_scaled, k, (3,), (2,))
+    dk = b.group_sum(b.batched_dot(ds_scaled, q, (2,), (2,)), info.group)
+    dv = b.group_sum(b.batched_dot(p, d_o, (2,), (2,)), info.group)
     et = info.element_type
     out = [b.convert(dq, et), b.convert(dk, et), b.convert(dv, et)]
     if info.dbias is not None:
         shape = info.result_shapes[info.dbias]
         summed = [d for d in range(4) if info.bias_dims[d] == 1 and dims[d] != 1]
-        db = b.reduce(ds, "add", b.f32(0.0), *summed) if summed else ds
+        db = b.reduce(ds, b.f32(0.0), summed, "add") if summed else ds
         db = b.reshape(db, shape.dimensions)
         out.append(b.convert(db, shape.element_type))
     return out

@@ -23,18 +23,17 @@ keeps the layout the module declares for its leaf.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..hlo import HloComputation, HloInstruction
-from ..hlo.attributes import Attribute, decode
+from ..hlo.builder import HloBuilder
 from ..hlo.dtypes import numpy_dtype
 from ..hlo.element_types import is_complex, is_integral
 from ..hlo.gemm_call import GemmCall, parse_gemm_call
 from ..hlo.ir import HloModule
 from ..hlo.library_targets import GEMM_TARGETS
 from ..hlo.rewrite import (NameScope, add_computation, control_predecessors, insert_instructions, module_of,
-                           new_instruction, remove_instructions, replace_instructions, set_control_predecessors,
-                           take_name)
+                           remove_instructions, replace_instructions, set_control_predecessors, take_name)
 from ..hlo.shape import Shape
 from .fusion_builder import build_fusion
 
@@ -50,7 +49,7 @@ def lower_gemm_call(comp: HloComputation, inst: HloInstruction) -> None:
     names = NameScope.of_instructions(module.computations)
     acc = compute_type(call, inst)
     inner = Shape.array(acc, call.output.dimensions, layout=call.output.minor_to_major)
-    members = _Emitter(names, inst, inner)
+    members = _Emitter(comp, inst, names, inner)
     x = _pre_activation(members, call, inst)
     if call.aux_index is not None:
         fused, post = x, "aux"                  # X leaves the fusion; aux and act(X) after it
@@ -62,7 +61,7 @@ def lower_gemm_call(comp: HloComputation, inst: HloInstruction) -> None:
             fused, post = _to_output(members, y, call, inst), None
     fused = members.finish(fused, call.output if post is None else _mid_shape(call, acc))
     fusion = _build(module, comp, members, fused, names, f"{inst.name}.gemm")
-    outside = _Emitter(names, inst, inner)
+    outside = _Emitter(comp, inst, names, inner)
     leaves = {"d": fusion}
     if post == "aux":
         aux_shape = inst.shape.tuple_shapes[call.aux_index]
@@ -70,9 +69,10 @@ def lower_gemm_call(comp: HloComputation, inst: HloInstruction) -> None:
         y = _activation(outside, fusion, call.epilogue.activation)
         leaves["d"] = outside.finish(_to_output(outside, y, call, inst), call.output)
     elif post == "amax":
-        leaves["amax"] = _amax(module, comp, outside, fusion, names)
+        leaves["amax"] = _amax(outside, fusion)
         leaves["d"] = outside.finish(_to_output(outside, fusion, call, inst), call.output)
-    insert_instructions(comp, [fusion] + outside.insts, before=inst)
+    insert_instructions(comp, [fusion], before=inst)
+    outside.insert()
     _replace_call(comp, inst, call, leaves, names)
 
 
@@ -111,22 +111,22 @@ def _pre_activation(e: _Emitter, call: GemmCall, inst: HloInstruction) -> HloIns
         factor = e.scalar_of(ops[call.a_scale]) if call.a_scale is not None else None
         if call.b_scale is not None:
             b_scale = e.scalar_of(ops[call.b_scale])
-            factor = b_scale if factor is None else e.op("multiply", factor.shape, [factor, b_scale])
+            factor = b_scale if factor is None else e.op("multiply", [factor, b_scale])
         if call.alpha != (1.0, 0.0):
-            alpha = e.constant(_alpha_value(call, e.et))
-            factor = alpha if factor is None else e.op("multiply", alpha.shape, [alpha, factor])
+            alpha = e.number(_alpha_value(call, e.et))
+            factor = alpha if factor is None else e.op("multiply", [alpha, factor])
         if factor is not None:
-            x = e.op("multiply", e.inner, [x, e.broadcast(factor)])
+            x = e.op("multiply", [x, e.broadcast(factor, e.inner)])
     if call.c is not None:
-        c = e.convert(ops[call.c])
+        c = e.in_compute_type(ops[call.c])
         if call.c_scale is not None:
-            c = e.op("multiply", e.inner, [c, e.broadcast(e.scalar_of(ops[call.c_scale]))])
+            c = e.op("multiply", [c, e.broadcast(e.scalar_of(ops[call.c_scale]), e.inner)])
         if call.beta != 1:
-            c = e.op("multiply", e.inner, [c, e.splat(call.beta)])
-        x = e.op("add", e.inner, [x, c])
+            c = e.op("multiply", [c, e.splat(call.beta)])
+        x = e.op("add", [x, c])
     if call.bias is not None:
-        bias = e.convert(ops[call.bias])
-        x = e.op("add", e.inner, [x, e.broadcast(bias, (call.bias_dimension,))])
+        bias = e.in_compute_type(ops[call.bias])
+        x = e.op("add", [x, e.broadcast(bias, e.inner, (call.bias_dimension,))])
     return x
 
 
@@ -148,32 +148,26 @@ def _dot(e: _Emitter, call: GemmCall, inst: HloInstruction) -> HloInstruction:
             a, lb, lc = _batched(e, a, batch), list(range(nb)), [d + nb for d in lc]
         else:
             b, rb, rc = _batched(e, b, batch), list(range(nb)), [d + nb for d in rc]
-    attrs = {}
-    for key, dims in (("lhs_batch_dims", lb), ("rhs_batch_dims", rb), ("lhs_contracting_dims", lc),
-                      ("rhs_contracting_dims", rc)):
-        if dims or "contracting" in key:
-            raw = "{" + ",".join(map(str, dims)) + "}"
-            attrs[key] = Attribute(key, raw, decode(key, raw))
-    return e.add("dot", "dot", e.inner, [a, b], attrs)
+    return e.dot(a, b, lc, rc, lb, rb, et=e.et, layout=e.inner.layout)
 
 
 def _batched(e: _Emitter, x: HloInstruction, batch) -> HloInstruction:
     nb, rank = len(batch), x.shape.rank
     shape = Shape.array(x.shape.element_type, tuple(batch) + tuple(x.shape.dimensions))
-    return e.broadcast(x, tuple(range(nb, nb + rank)), shape)
+    return e.broadcast(x, shape, tuple(range(nb, nb + rank)))
 
 
 def _activation(e: _Emitter, x: HloInstruction, kind: str) -> HloInstruction:
     """relu = max(x, 0); gelu = x * (0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x*x*x)))),
     XLA's tanh form, the only GELU its GEMM rewriter fuses."""
     if kind == "relu":
-        return e.op("maximum", e.inner, [x, e.splat(0)])
+        return e.op("maximum", [x, e.splat(0)])
     if kind == "gelu":
-        cube = e.op("multiply", e.inner, [e.op("multiply", e.inner, [x, x]), x])
-        inner = e.op("add", e.inner, [x, e.op("multiply", e.inner, [e.splat(GELU_CUBE), cube])])
-        t = e.op("tanh", e.inner, [e.op("multiply", e.inner, [e.splat(GELU_C), inner])])
-        half = e.op("multiply", e.inner, [e.splat(0.5), e.op("add", e.inner, [e.splat(1), t])])
-        return e.op("multiply", e.inner, [x, half])
+        cube = e.op("multiply", [e.op("multiply", [x, x]), x])
+        inner = e.op("add", [x, e.op("multiply", [e.splat(GELU_CUBE), cube])])
+        t = e.op("tanh", [e.op("multiply", [e.splat(GELU_C), inner])])
+        half = e.op("multiply", [e.splat(0.5), e.op("add", [e.splat(1), t])])
+        return e.op("multiply", [x, half])
     return x
 
 
@@ -182,76 +176,52 @@ def _to_output(e: _Emitter, y: HloInstruction, call: GemmCall, inst: HloInstruct
     converted with round-to-nearest-even), else converted once."""
     if call.output_is_f8:
         if call.d_scale is not None:
-            y = e.op("multiply", e.inner, [y, e.broadcast(e.scalar_of(inst.operands[call.d_scale]))])
+            y = e.op("multiply", [y, e.broadcast(e.scalar_of(inst.operands[call.d_scale]), e.inner)])
         import ml_dtypes  # (here: a compile without F8 GEMMs never loads it, issue 17)
         top = float(ml_dtypes.finfo(numpy_dtype(call.output.element_type)).max)
-        y = e.op("clamp", e.inner, [e.splat(-top), y, e.splat(top)])
+        y = e.op("clamp", [e.splat(-top), y, e.splat(top)])
     return e.finish(y, call.output)
 
 
-def _amax(module: HloModule, comp: HloComputation, e: _Emitter, y: HloInstruction,
-          names: NameScope) -> HloInstruction:
+def _amax(e: _Emitter, y: HloInstruction) -> HloInstruction:
     """max |y| over every element, as f32[] (0 for an empty output)."""
-    f32 = Shape.array("f32", ())
-    mag = e.op("abs", y.shape, [y])
-    if y.shape.element_type != "f32":
-        mag = e.add("convert", "convert", Shape.array("f32", y.shape.dimensions, layout=y.shape.minor_to_major),
-                    [mag])
-    p0 = new_instruction("lhs", "parameter", f32, parameter_number=0)
-    p1 = new_instruction("rhs", "parameter", f32, parameter_number=1)
-    root = new_instruction("max", "maximum", f32, [p0, p1])
-    scope = NameScope.of_computations(module)
-    reducer = HloComputation(scope.fresh(f"{e.like.name}.amax_max"), [p0, p1, root], root)
-    add_computation(module, reducer, before=comp)
-    zero = e.add("zero", "constant", f32, [], literal="0")
-    raw = "{" + ",".join(map(str, range(y.shape.rank))) + "}"
-    attrs = {"dimensions": Attribute("dimensions", raw, decode("dimensions", raw)),
-             "to_apply": Attribute("to_apply", f"%{reducer.name}", reducer)}
-    return e.add("amax", "reduce", f32, [mag, zero], attrs)
+    mag = e.convert(e.op("abs", [y]), "f32", layout=y.shape.minor_to_major)
+    reducer = e.reducer("maximum", "f32", name=f"{e.like.name}.amax_max", scalar_names=("lhs", "rhs", "max"))
+    zero = e.constant("f32", "0", name="zero")
+    return e.reduce(mag, zero, range(y.shape.rank), reducer, name="amax")
 
 
 # ---- building ---------------------------------------------------------------------------------------
 
-class _Emitter:
-    """New instructions for one call, in order, named ``<call>.<what>``; values of the
+class _Emitter(HloBuilder):
+    """The ``HloBuilder`` of one call (instructions named ``<call>.<what>``); values of the
     output's dims have shape ``inner`` (the compute type, D's dim order)."""
 
-    def __init__(self, names: NameScope, like: HloInstruction, inner: Shape):
-        self.names, self.like, self.inner = names, like, inner
+    def __init__(self, comp: HloComputation, like: HloInstruction, names: NameScope, inner: Shape):
+        super().__init__(comp, like, names=names)
+        self.inner = inner
         self.et = inner.element_type
-        self.insts: list[HloInstruction] = []
 
-    def add(self, what: str, opcode: str, shape: Shape, operands, attrs=None, literal: str | None = None):
-        inst = new_instruction(self.names.fresh(f"{self.like.name}.{what}"), opcode, shape, operands, attrs,
-                               like=self.like, literal_text=literal)
-        self.insts.append(inst)
-        return inst
+    def op(self, opcode: str, operands: Sequence[HloInstruction]) -> HloInstruction:
+        """Elementwise ``opcode`` of ``operands``: in ``inner``'s layout where of the output's dims."""
+        full = any(tuple(o.shape.dimensions) == tuple(self.inner.dimensions) for o in operands)
+        return self.instruction(opcode, operands, layout=self.inner.layout if full else None)
 
-    def op(self, opcode: str, shape: Shape, operands) -> HloInstruction:
-        return self.add(opcode, opcode, shape, operands)
-
-    def constant(self, value, et: str | None = None) -> HloInstruction:
+    def number(self, value, et: str | None = None) -> HloInstruction:
+        """A scalar constant (of the compute type unless ``et``)."""
         et = et or self.et
-        return self.add("constant", "constant", Shape.array(et, ()), [], literal=_literal(value, et))
+        return self.constant(et, _literal(value, et))
 
     def splat(self, value) -> HloInstruction:
-        return self.broadcast(self.constant(value))
+        return self.broadcast(self.number(value), self.inner)
 
-    def broadcast(self, x: HloInstruction, dims=(), shape: Shape | None = None) -> HloInstruction:
-        raw = "{" + ",".join(map(str, dims)) + "}"
-        return self.add("broadcast", "broadcast", shape or self.inner, [x],
-                        {"dimensions": Attribute("dimensions", raw, decode("dimensions", raw))})
-
-    def convert(self, x: HloInstruction) -> HloInstruction:
-        """``x`` in the compute type (itself when it is)."""
-        if x.shape.element_type == self.et:
-            return x
-        return self.add("convert", "convert", Shape.array(self.et, x.shape.dimensions,
-                                                          layout=x.shape.minor_to_major), [x])
+    def in_compute_type(self, x: HloInstruction) -> HloInstruction:
+        """``x`` in the compute type (itself when it is), in its dimension order."""
+        return self.convert(x, self.et, layout=x.shape.minor_to_major)
 
     def scalar_of(self, x: HloInstruction) -> HloInstruction:
         """A scale operand (a float scalar) in the compute type."""
-        return self.convert(x)
+        return self.in_compute_type(x)
 
     def finish(self, v: HloInstruction, shape: Shape) -> HloInstruction:
         """``v`` with exactly ``shape``: the last new instruction takes it when only the layout
@@ -259,11 +229,11 @@ class _Emitter:
         if v.shape == shape:
             return v
         if v.shape.element_type == shape.element_type:
-            if self.insts and v is self.insts[-1] and v.opcode not in ("fusion", "parameter", "reduce"):
+            if self.new and v is self.new[-1] and v.opcode not in ("fusion", "parameter", "reduce"):
                 v.shape = shape
                 return v
-            return self.add("copy", "copy", shape, [v])
-        return self.add("convert", "convert", shape, [v])
+            return self.relayout(v, shape)
+        return self.convert(v, shape.element_type, layout=shape.layout)
 
 
 def _literal(value, et: str) -> str:
@@ -289,7 +259,7 @@ def _build(module: HloModule, comp: HloComputation, members: _Emitter, root: Hlo
     names.release(root.name)
     root.name = name
     comp_name = NameScope.of_computations(module).fresh(f"fused_{name}")
-    fusion = build_fusion(members.insts, root, comp_name, FUSION_KIND)
+    fusion = build_fusion(members.new, root, comp_name, FUSION_KIND)
     add_computation(module, fusion.fused_computation, before=comp)
     return fusion
 
@@ -327,8 +297,9 @@ def _replace_call(comp: HloComputation, inst: HloInstruction, call: GemmCall, le
                   or any(inst is p for i in comp.instructions for p in control_predecessors(i)))
     if still_read:
         values = [leaf(k) for k in range(len(inst.shape.tuple_shapes))]
-        whole = new_instruction(names.fresh(f"{inst.name}.tuple"), "tuple", inst.shape, values, like=inst)
-        insert_instructions(comp, [whole], before=inst)
+        b = HloBuilder(comp, inst, names=names)
+        whole = b.tuple_of(values)
+        b.insert()
         take_name(whole, inst, names)
         replace_instructions(comp, {inst: whole})
         return
@@ -340,8 +311,7 @@ def _replace_call(comp: HloComputation, inst: HloInstruction, call: GemmCall, le
 
 def _zero_workspace(comp: HloComputation, inst: HloInstruction, shape: Shape, names: NameScope) -> HloInstruction:
     """The workspace leaf (contents undefined): zeros of its shape, placed before ``inst``."""
-    e = _Emitter(names, inst, shape)
-    zero = e.constant(0, shape.element_type)
-    e.broadcast(zero, (), shape)
-    insert_instructions(comp, e.insts, before=inst)
-    return e.insts[-1]
+    e = HloBuilder(comp, inst, names=names)
+    zeros = e.broadcast(e.constant(shape.element_type, _literal(0, shape.element_type)), shape)
+    e.insert()
+    return zeros

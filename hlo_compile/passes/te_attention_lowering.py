@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from ..hlo import HloComputation, HloInstruction, HloModule
 from ..hlo.library_targets import TE_ATTENTION_TARGETS
-from ..hlo.shape import Shape
 from ..hlo.te_attention_call import TeAttentionCall, check_private_flows, te_attention_call
 from .attention_math import AttentionBuilder
 from .fmha_chunked import SCORES_LIMIT
@@ -77,8 +76,7 @@ def _fmha_operands(b: AttentionBuilder, info: TeAttentionCall) -> list[HloInstru
 def _kv_half(b: AttentionBuilder, kv: HloInstruction, i: int) -> HloInstruction:
     """``kv[:, :, i]``: k (0) or v (1), ``[B, S, H, D]``, of a packed ``kv[B, S, 2, H, D]``."""
     B, S, _, N, D = kv.shape.dimensions
-    part = b.add("slice", "slice", Shape.array(kv.shape.element_type, (B, S, 1, N, D)), [kv],
-                 slice=f"{{[0:{B}], [0:{S}], [{i}:{i + 1}], [0:{N}], [0:{D}]}}")
+    part = b.slice(kv, (0, 0, i, 0, 0), (B, S, i + 1, N, D))
     return b.reshape(part, (B, S, N, D))
 
 
@@ -86,16 +84,14 @@ def _packed(b: AttentionBuilder, dk: HloInstruction, dv: HloInstruction) -> HloI
     """dKV ``[B, S, 2, H, D]`` from the BSHD dK and dV."""
     B, S, N, D = dk.shape.dimensions
     parts = [b.reshape(x, (B, S, 1, N, D)) for x in (dk, dv)]
-    return b.add("concatenate", "concatenate", Shape.array(dk.shape.element_type, (B, S, 2, N, D)), parts,
-                 dimensions="{2}")
+    return b.concatenate(parts, 2)
 
 
 def _seqlens(b: AttentionBuilder, cu: HloInstruction) -> HloInstruction:
     """``cu[1:] - cu[:-1]``: s32[B] from the cumulative s32[B+1]."""
     n = cu.shape.dimensions[0] - 1
-    shape = Shape.array("s32", (n,))
-    hi = b.add("slice", "slice", shape, [cu], slice=f"{{[1:{n + 1}]}}")
-    lo = b.add("slice", "slice", shape, [cu], slice=f"{{[0:{n}]}}")
+    hi = b.slice(cu, (1,), (n + 1,))
+    lo = b.slice(cu, (0,), (n,))
     return b.binary("subtract", hi, lo)
 
 
