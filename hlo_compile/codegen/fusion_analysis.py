@@ -54,6 +54,7 @@ _BACKEND_KINDS = {"__custom_fusion": EmitterKind.CUSTOM, "__triton": EmitterKind
                   "__triton_collective": EmitterKind.TRITON, "__triton_softmax": EmitterKind.TRITON,
                   "__cudnn$fusion": EmitterKind.CUDNN}
 _GEMM_BACKEND_KINDS = frozenset({"__triton_gemm", "__triton_nested_gemm_fusion"})
+_BLOCK_LEVEL_BACKEND_KINDS = frozenset({"__triton", "__triton_softmax"})
 
 
 # ---- the analysis ----------------------------------------------------------------------------
@@ -180,6 +181,11 @@ def _backend_kind(f: _Fusion) -> _Choice | None:
     # a Triton GEMM fusion is a dot under its epilogue: our dot emitter, before the rules that
     # would see its transposed or reduced output as a hero of their own
     gemm = _dot_kind(f) if kind in _GEMM_BACKEND_KINDS else None
+    if kind in _BLOCK_LEVEL_BACKEND_KINDS and EmitterKind.TRITON in f.available and _has_diamond(f):
+        # kept a fusion by passes/custom_fusions.py: Triton's softmax/normalization tiling
+        return _Choice(backend, f"backend config kind {kind} ({config}): a reduction broadcast back into its "
+                                "input, the block-level emitter tiles it as XLA does",
+                       ours=EmitterKind.TRITON, heroes_kind=EmitterKind.LOOP)
     inner = gemm or next(c for c in (rule(f) for rule in HERO_RULES[1:]) if c is not None)
     ours, why = _our_emitter(inner, f.available)
     detail = f" ({config})" if config else ""
@@ -190,6 +196,20 @@ def _backend_kind(f: _Fusion) -> _Choice | None:
     return replace(inner, xla=backend, ours=ours, heroes_kind=inner.xla,
                    why=f"backend config kind {kind}{detail}: XLA runs it with {backend}, its computation is "
                        f"its semantics; {why}")
+
+
+def _has_diamond(f: _Fusion) -> bool:
+    """A reduce whose result reaches a root through more than bitcasts, converts and tuples
+    (broadcast back: a normalization diamond)."""
+    near, todo = set(), list(f.roots)
+    while todo:
+        inst = todo.pop()
+        if inst not in near:
+            near.add(inst)
+            if inst.opcode in ("bitcast", "reshape", "convert", "copy", "negate", "abs", "tuple",
+                               "get-tuple-element"):
+                todo.extend(inst.operands)
+    return any(i.opcode == "reduce" and i not in near for i in f.fusion.fused_computation.instructions)
 
 
 def custom_fusion_config(fusion: HloInstruction) -> tuple[str, str]:

@@ -53,6 +53,8 @@ def _module(name: str) -> ModuleType:
         from . import sort as module
     elif name == "gemm":
         from . import gemm as module
+    elif name == "block_level":
+        from . import block_level as module
     else:
         raise KeyError(f"no emitter module {name!r}")
     return module
@@ -83,6 +85,7 @@ EMITTERS: dict[EmitterKind, Emitter] = {
     EmitterKind.SORT: _entry("sort", "plan_sort_kernel", "emit_sort_kernel"),
     EmitterKind.DOT: _entry("gemm", "plan_dot_kernel", "emit_dot_kernel"),
     EmitterKind.CONVOLUTION: _entry("gemm", "plan_conv_kernel", "emit_conv_kernel"),
+    EmitterKind.TRITON: _entry("block_level", "plan_block_level_kernel", "emit_block_level_kernel"),
 }
 
 # the kernel of a fusion whose outputs are all empty: never launched (no kind of its own)
