@@ -76,10 +76,12 @@ ENTRY e {
 
 def test_scan_reduce_llvm_ir_is_linear_in_the_levels():
     # with a copy per arm: 2**levels copies of the first levels (levels=8: ~20,000
-    # instructions; 10 took minutes); now each level adds a bounded amount
-    sizes = {lv: _instructions(emit_stage(scan_reduce(lv), "llvm", "sm_90")) for lv in (6, 8)}
-    assert sizes[8] < 1500, sizes
-    assert sizes[8] - sizes[6] < 2 * sizes[6], sizes
+    # instructions; 10 took minutes); now each level adds a bounded amount. (The row reduction
+    # unrolls its tile steps, up to 16 / vector: the side output's code is copied per step, so
+    # sizes grow with the row until the tile is whole, from 9 levels on: 3,409 then 3,784.)
+    sizes = {lv: _instructions(emit_stage(scan_reduce(lv), "llvm", "sm_90")) for lv in (9, 10)}
+    assert sizes[10] < 6000, sizes
+    assert sizes[10] - sizes[9] < sizes[9] // 2, sizes
 
 
 def test_scan_reduce_matches_interpreter_on_host():

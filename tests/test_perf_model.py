@@ -358,3 +358,42 @@ def test_the_top_table_is_sorted_and_sums_to_at_most_the_total(tmp_path):
     assert sum(t["pct_of_total"] for t in top) <= 100.0 + 0.05 * len(top)
     assert cost["library_calls_estimated"] == 1 and cost["not_estimated_count"] == 0
     assert {"name", "kind", "emitter", "estimated_us", "pct_of_total"} <= set(top[0])
+
+
+# ---- estimate_launch: a fusion's kernel under a given launch (XLA's or ours) ---------------------
+
+def test_estimate_launch_of_the_plans_own_launch_is_estimate_kernel():
+    from hlo_compile.codegen.perf_model import estimate_launch, plan_launch
+    k = _kernel(COPY, H100_SXM)
+    own = plan_launch(k)
+    assert own.grid == tuple(k.launch.grid) and own.load_bits is None and own.bytes_in_flight is None
+    assert estimate_launch(k, H100_SXM, own) == estimate_kernel(k, H100_SXM)
+
+
+def test_narrow_loads_and_few_resident_threads_cost_time():
+    """Little's law on the reads: the same fusion under the same launch is slower with 32-bit
+    loads than with 128-bit ones, and slower again when registers leave few threads resident;
+    wide loads at full occupancy stay at the bandwidth."""
+    from hlo_compile.codegen.perf_model import DRAM_LATENCY_NS, LaunchFigures, estimate_launch
+    k = _kernel(COPY, H100_SXM)
+    grid, block = tuple(k.launch.grid), tuple(k.launch.block)
+    wide = estimate_launch(k, H100_SXM, LaunchFigures(grid, block, 0, 16, 128, 128, 16))
+    narrow = estimate_launch(k, H100_SXM, LaunchFigures(grid, block, 0, 16, 32, 32, 4))
+    starved = estimate_launch(k, H100_SXM, LaunchFigures(grid, block, 0, 255, 32, 32, 4))
+    plain = estimate_kernel(k, H100_SXM)
+    assert wide.estimated_us == pytest.approx(plain.estimated_us)
+    assert narrow.estimated_us > 1.1 * wide.estimated_us
+    assert starved.estimated_us > 2 * narrow.estimated_us
+    resident = H100_SXM.threads_per_core_limit * H100_SXM.core_count
+    assert narrow.read_us == pytest.approx(narrow.bytes_read / (resident * 4 / (DRAM_LATENCY_NS * 1e-9)) * 1e6)
+    # unrolled narrow loads (four in flight) are as good as one wide one
+    unrolled = estimate_launch(k, H100_SXM, LaunchFigures(grid, block, 0, 16, 32, 32, 16))
+    assert unrolled.estimated_us == pytest.approx(wide.estimated_us)
+
+
+def test_a_small_grid_is_modelled_slower():
+    from hlo_compile.codegen.perf_model import LaunchFigures, estimate_launch
+    k = _kernel(COPY, H100_SXM)
+    full = estimate_launch(k, H100_SXM, LaunchFigures(tuple(k.launch.grid), (128, 1, 1), 0, 16, 128, 128, 16))
+    small = estimate_launch(k, H100_SXM, LaunchFigures((32, 1, 1), (128, 1, 1), 0, 16, 128, 128, 16))
+    assert small.occupancy.blocks_per_core == 16 and small.estimated_us > 4 * full.estimated_us

@@ -7,10 +7,12 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from bench.xla_parity.case import compare_case, family_of
 from bench.__main__ import main as bench_main
 from bench.xla_parity.cli import find_cases, main
-from bench.xla_parity.report import summarize, summary_line
+from bench.xla_parity.report import family_table, module_lines, register_outliers, summarize, summary_line
 from bench.xla_parity.xla_dump import (access_bits, access_space, access_widths, parse_thunk_metadata,
                                        parse_thunk_sequence, ptx_entries, ptx_target, read_xla_dump)
 from hlo_compile.targets.nvptx.toolkit import find_ptxas
@@ -158,6 +160,9 @@ def test_widest_access_per_entry():
     second = access_widths(entries["second_kernel"])
     assert (second.load_bits, second.load_op) == (128, "cp.async.cg.shared.global")  # 16 bytes
     assert second.store_bits == 128  # v2.f64 generic and v4.b32 global: both 128
+    # every load instruction's bytes (the cost model's bytes in flight): no shared or param ones
+    assert first.load_bytes == sum(n * access_bits(op) // 8 for op, n in first.ops.items() if not op.startswith("st"))
+    assert second.load_bytes >= 16 and first.to_json()["load_bytes"] == first.load_bytes
     assert access_widths("ld.global.nc.b8 %rs1, [%rd1];\n").store_bits is None
     assert access_widths("cp.async.bulk.tensor.2d.shared::cluster.global.tile [%r1], [%rd1, {%r2, %r3}];\n") \
         .bulk_copies == 1
@@ -216,6 +221,12 @@ def test_end_to_end_rnn_case(tmp_path):
         assert b["xla"]["registers"] > 0 and b["ours"]["registers"] > 0
         assert g["xla"]["spills"] == 0
         assert result["ptxas_arch"] == "sm_90a"
+    # the cost model on both sides of each matched pair, and the module's sum
+    m = b["model"]
+    assert m["xla_us"] > 0 and m["ours_us"] > 0 and m["ratio"] == pytest.approx(m["ours_us"] / m["xla_us"], rel=1e-3)
+    matched = [r for r in result["rows"] if r["status"] == "matched" and r["model"]["ratio"] is not None]
+    assert result["model"]["pairs"] == len(matched)
+    assert result["model"]["xla_us"] == pytest.approx(sum(r["model"]["xla_us"] for r in matched), abs=1e-3)
 
 
 def test_end_to_end_split_triton_fusion(tmp_path):
@@ -255,3 +266,31 @@ def test_cli_writes_json_and_summary(tmp_path, capsys):
     assert [c["name"] for c in data["cases"]] == ["sm_80_softmax_f32"]
     assert data["summary"]["xla_kernels"] == 1
     assert main([str(tmp_path / "nothing-here")]) == 2
+
+
+def _row(fusion, family, xla_regs, ours_regs, xla_us, ours_us, ours_spills=0):
+    side = {"grid": [1, 1, 1], "block": [32, 1, 1], "shared": 0, "static_shared": 0, "load_bits": 32,
+            "store_bits": 32, "registers": None, "spills": 0, "kernel": fusion}
+    return {"status": "matched", "fusion": fusion, "family": family, "gemm": False,
+            "xla": {**side, "registers": xla_regs}, "ours": {**side, "registers": ours_regs, "spills": ours_spills},
+            "launch_equal": True, "grid_equal": True, "block_equal": True, "shared_equal": True,
+            "total_shared_equal": True, "load_ge": True, "store_ge": True,
+            "model": {"xla_us": xla_us, "ours_us": ours_us, "ratio": ours_us / xla_us}}
+
+
+def test_model_ratios_and_register_outliers_summed():
+    from bench.xla_parity.case import module_model
+    rows = [_row("a", "loop", 10, 10, 2.0, 2.0), _row("b", "loop", 10, 14, 2.0, 3.0),
+            _row("c", "reduction/row", 20, 21, 1.0, 1.0, ours_spills=8)]
+    case = {"name": "m", "case": "m", "status": "ok", "message": None, "ptxas_error": None, "rows": rows,
+            "model": module_model(rows)}
+    assert case["model"]["ratio"] == pytest.approx(6.0 / 5.0) and case["model"]["pairs"] == 3
+    s = summarize([case])
+    loop = s["families"]["loop"]
+    assert loop["model_median_ratio"] == pytest.approx(1.25) and loop["model_worst_ratio"] == pytest.approx(1.5)
+    assert loop["model_worst_fusion"] == "b" and loop["model_sum_ratio"] == pytest.approx(1.25)
+    assert s["modules"] == [{"case": "m", "pairs": 3, "xla_us": 5.0, "ours_us": 6.0, "ratio": 1.2, "ours_only_us": 0.0}]
+    assert "modelled time ours/XLA 1.200" in summary_line(s)
+    assert "time o/x" in family_table(s)[0] and module_lines(s)[1].split()[0] == "1.200"
+    out = register_outliers([case])
+    assert [(o["fusion"], o["ratio"]) for o in out] == [("b", 1.4), ("c", 1.05)]  # c: spills where XLA has none

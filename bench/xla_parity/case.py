@@ -14,6 +14,11 @@ name), and returns plain JSON: one row per kernel, matched or not. Rows:
   a ``kDynamicSliceFusion``...);
 - ``library``: a library call of ours (no kernel), with XLA's thunk kind where it has one.
 
+Each matched row also has ``model``: the cost model's time (``perf_model.estimate_launch``) of
+XLA's kernel and of ours, the same fusion (bytes, flops, access pattern from our plan) under
+each side's launch, shared memory, registers and global loads, and ``ratio`` ours/XLA; an
+ours-only row has our time. The case's ``model`` sums the matched pairs (the module's ratio).
+
 Registers and spills come from ``ptxas -v`` on both PTX texts for the same arch (XLA's PTX
 ``.target``, e.g. sm_90a); where ptxas is absent or fails they are None and the case says why.
 A module we refuse (or fail on) is a case with ``status`` "refused" (or "failed") and the
@@ -134,9 +139,51 @@ def _side(kernel: str | None, grid, block, shared, widths: AccessWidths | None, 
     return {"kernel": kernel, "grid": list(grid) if grid is not None else None,
             "block": list(block) if block is not None else None, "shared": shared,
             **(widths.to_json() if widths is not None else
-               {"load_bits": None, "store_bits": None, "load_op": None, "store_op": None, "bulk_copies": 0}),
+               {"load_bits": None, "store_bits": None, "load_op": None, "store_op": None, "bulk_copies": 0,
+                "load_bytes": None}),
             "registers": res.get("registers") if res else None, "spills": res.get("spills") if res else None,
             "static_shared": res.get("static_shared") if res else None}
+
+
+def launch_figures(side: dict, static_shared: int | None = None):
+    """The cost model's ``LaunchFigures`` of one side of a row (its launch, shared memory
+    dynamic + static, ptxas's registers, the widths and bytes of its global loads and stores);
+    ``static_shared``: the figure to take where ptxas gave none."""
+    from hlo_compile.codegen.perf_model import LaunchFigures
+    static = side["static_shared"] if side["static_shared"] is not None else (static_shared or 0)
+    return LaunchFigures(tuple(side["grid"]), tuple(side["block"]), (side["shared"] or 0) + static,
+                         side["registers"], side["load_bits"], side["store_bits"], side.get("load_bytes"))
+
+
+def model_times(kernel, device, xla: dict | None, ours: dict | None) -> dict:
+    """``{"xla_us", "ours_us", "ratio"}`` (ours/XLA): the modelled time of each side's kernel of
+    ``kernel``'s fusion; ``error`` where the model cannot take the fusion."""
+    from hlo_compile.codegen.perf_model import estimate_launch
+    out: dict = {"xla_us": None, "ours_us": None, "ratio": None}
+    try:
+        static = int(kernel.spec.summary_fields().get("static_shared_bytes", 0) or 0)
+        for key, side in (("xla_us", xla), ("ours_us", ours)):
+            if side is not None and side["grid"] is not None and side["block"] is not None:
+                est = estimate_launch(kernel, device, launch_figures(side, static if key == "ours_us" else 0))
+                out[key] = round(est.estimated_us, 4)
+    except (ArithmeticError, ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+        out["error"] = f"{type(e).__name__}: {e}"
+    if out["xla_us"] and out["ours_us"] is not None:
+        out["ratio"] = round(out["ours_us"] / out["xla_us"], 4)
+    return out
+
+
+def module_model(rows: list[dict]) -> dict:
+    """The module's modelled times: the matched pairs summed (``ratio`` ours/XLA over the kernels
+    both have), our kernels XLA has no launch for, and how many rows the model could not take."""
+    pairs = [r["model"] for r in rows if r["status"] == "matched" and r.get("model", {}).get("ratio") is not None]
+    xla_us = sum(m["xla_us"] for m in pairs)
+    ours_us = sum(m["ours_us"] for m in pairs)
+    return {"pairs": len(pairs), "xla_us": round(xla_us, 4), "ours_us": round(ours_us, 4),
+            "ratio": round(ours_us / xla_us, 4) if xla_us else None,
+            "ours_only_us": round(sum(r["model"]["ours_us"] or 0 for r in rows
+                                      if r["status"] == "ours-only" and r.get("model")), 4),
+            "unmodelled": sum(1 for r in rows if r["status"] == "matched" and r.get("model", {}).get("ratio") is None)}
 
 
 def compare_rows(row: dict) -> dict:
@@ -184,6 +231,7 @@ def compare_case(case: str, arch: str | None = None, *, cache_dir: str | None = 
         return out
     out["compile_seconds"] = round(time.perf_counter() - t0, 3)
     out["rows"] = _rows(xla, plan, ptx, fusions, member, arch, out, ptxas)
+    out["model"] = module_model(out["rows"])
     out["xla_kernels"] = sum(1 for t in xla.thunks if t.is_launch)
     out["our_kernels"] = len(plan.kernels)
     return out
@@ -279,11 +327,13 @@ def _rows(xla: XlaKernels, plan, ptx: str, fusions: dict, member: dict, arch: st
             used.add(t.id)
             row.update(status="matched", xla=xla_side(t), ours=ours)
             row.update(compare_rows(row))
+            row["model"] = model_times(k, plan.device, row["xla"], ours)
         elif name in other:
             row.update(status="xla-not-kernel", xla_thunk=other[name], xla=None, ours=ours)
         else:
             origin = origin_of(k.fusion, member)
             row.update(status="ours-only", from_xla=origin, xla=None, ours=ours, **info(origin))
+            row["model"] = model_times(k, plan.device, None, ours)
             row["family"] = family_of(a.emitter, a.variant, row["xla_backend"])
         row["gemm"] = row["gemm"] or ours["emitter"] == "dot"
         rows.append(row)

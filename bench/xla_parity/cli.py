@@ -16,7 +16,8 @@ from pathlib import Path
 
 from ..xla_gpu_corpus.layout import find_cases
 from .case import compare_case
-from .report import difference_kinds, family_table, kernel_lines, summarize, summary_line
+from .report import (difference_kinds, family_table, kernel_lines, module_lines, register_outliers, summarize,
+                     summary_line)
 
 
 def _jobs_default() -> int:
@@ -77,11 +78,25 @@ def main(argv: list[str] | None = None) -> int:
             print("\nmost common differences:")
             for what, n in kinds.most_common(12):
                 print(f"  {n:5d}  {what}")
+        outliers = register_outliers(results)
+        if outliers:
+            print(f"\nregisters more than 10% off XLA's, or spilling where XLA's does not ({len(outliers)}):")
+            for o in outliers[:40]:
+                spill = f", spills {o['ours_spills']} B (XLA {o['xla_spills']})" if o["ours_spills"] else ""
+                print(f"  {o['ratio']:5.2f}  [{o['family']}] {o['case']}/{o['fusion']}: ours {o['ours_registers']}, "
+                      f"XLA {o['xla_registers']}{spill}")
+            if len(outliers) > 40:
+                print(f"  ... {len(outliers) - 40} more (--json has them all)")
+    lines = module_lines(summary)
+    if lines:
+        print()
+        print("\n".join(lines))
     for r in summary["refused"]:
         print(f"{r['status']}: {r['case']}: {r['message']}")
     for e in summary["ptxas_errors"]:
         print(f"ptxas: {e}")
     print(summary_line(summary))
     if ns.json_out:
-        Path(ns.json_out).write_text(json.dumps({"summary": summary, "cases": results}, indent=1) + "\n")
+        Path(ns.json_out).write_text(json.dumps({"summary": summary, "register_outliers": register_outliers(results),
+                                                 "cases": results}, indent=1) + "\n")
     return 0

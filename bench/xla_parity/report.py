@@ -39,6 +39,52 @@ def _checks(rows: list[dict]) -> dict:
     out["registers_within_10pct"] = sum(1 for q in ratios if abs(q - 1) <= 0.1)
     out["spills_where_xla_none"] = sum(1 for r in rows if (r["ours"]["spills"] or 0) > 0
                                        and r["xla"]["spills"] == 0)
+    out.update(_model_figures(rows))
+    return out
+
+
+def _model_figures(rows: list[dict]) -> dict:
+    """The cost model's ours/XLA time ratios of matched rows: median, worst (the highest, with
+    its fusion), and the ratio of the sums."""
+    modelled = [r for r in rows if (r.get("model") or {}).get("ratio") is not None]
+    ratios = [r["model"]["ratio"] for r in modelled]
+    worst = max(modelled, key=lambda r: r["model"]["ratio"], default=None)
+    xla_us = sum(r["model"]["xla_us"] for r in modelled)
+    ours_us = sum(r["model"]["ours_us"] for r in modelled)
+    return {"model_compared": len(ratios),
+            "model_median_ratio": round(statistics.median(ratios), 3) if ratios else None,
+            "model_worst_ratio": round(worst["model"]["ratio"], 3) if worst else None,
+            "model_worst_fusion": worst["fusion"] if worst else None,
+            "model_xla_us": round(xla_us, 3), "model_ours_us": round(ours_us, 3),
+            "model_sum_ratio": round(ours_us / xla_us, 3) if xla_us else None}
+
+
+def module_ratios(cases: list[dict]) -> list[dict]:
+    """Per module (case): the modelled time of its matched kernel pairs, ours and XLA's, summed."""
+    out = []
+    for c in cases:
+        m = c.get("model")
+        if m and m.get("ratio") is not None:
+            out.append({"case": c["name"], "pairs": m["pairs"], "xla_us": m["xla_us"], "ours_us": m["ours_us"],
+                        "ratio": m["ratio"], "ours_only_us": m.get("ours_only_us", 0)})
+    return out
+
+
+def register_outliers(cases: list[dict]) -> list[dict]:
+    """Matched kernels whose ptxas register count is more than 10% off XLA's, or that spill
+    where XLA's does not; highest ratio first."""
+    out = []
+    for c, r in _rows(cases, "matched"):
+        o, x = r["ours"], r["xla"]
+        if o["registers"] is None or not x["registers"]:
+            continue
+        q = o["registers"] / x["registers"]
+        spills = (o["spills"] or 0) > 0 and x["spills"] == 0
+        if abs(q - 1) > 0.1 or spills:
+            out.append({"case": c["name"], "fusion": r["fusion"], "family": row_family(r),
+                        "xla_registers": x["registers"], "ours_registers": o["registers"], "ratio": round(q, 3),
+                        "xla_spills": x["spills"], "ours_spills": o["spills"]})
+    out.sort(key=lambda e: (-e["ratio"], e["case"], e["fusion"]))
     return out
 
 
@@ -73,6 +119,7 @@ def summarize(cases: list[dict]) -> dict:
         "gemm": _checks([r for r in matched if r.get("gemm")]),
         "non_gemm": _checks([r for r in matched if not r.get("gemm")]),
         "families": families,
+        "modules": module_ratios(cases),
         "refused": [{"case": c["case"], "status": c["status"], "message": c["message"]}
                     for c in cases if c["status"] != "ok"],
         "ptxas_errors": ptxas_errors[:20],
@@ -93,12 +140,15 @@ def summary_line(s: dict) -> str:
             f"load width >= XLA's {_fmt_pct(a['load_ge_pct'])}, store >= {_fmt_pct(a['store_ge_pct'])}; "
             f"non-GEMM {n['matched']}: launch {_fmt_pct(n['launch_equal_pct'])}, load >= {_fmt_pct(n['load_ge_pct'])}; "
             f"GEMM {g['matched']}: launch {_fmt_pct(g['launch_equal_pct'])}, load >= {_fmt_pct(g['load_ge_pct'])}; "
-            f"launch equal per family: {fams or '-'}")
+            f"launch equal per family: {fams or '-'}"
+            + (f"; modelled time ours/XLA {a['model_sum_ratio']:.3f} (sum over {a['model_compared']} pairs, "
+               f"median kernel {a['model_median_ratio']:.3f}, worst {a['model_worst_ratio']:.2f})"
+               if a.get("model_sum_ratio") is not None else ""))
 
 
 def family_table(s: dict) -> list[str]:
     head = ["family", "matched", "launch=", "grid=", "block=", "shared=", "smem tot=", "load>=", "store>=",
-            "regs o/x", "regs±10%", "spill!", "ours-only", "xla-only", "not-kern", "library"]
+            "regs o/x", "regs±10%", "spill!", "time o/x", "worst", "sum o/x", "ours-only", "xla-only", "not-kern", "library"]
     table = [head]
     for name, f in s["families"].items():
         m = f["matched"]
@@ -109,11 +159,30 @@ def family_table(s: dict) -> list[str]:
                       c("total_shared_equal"), c("load_ge"), c("store_ge"),
                       f"{f['registers_median_ratio']:.2f}" if f["registers_median_ratio"] is not None else "-",
                       f"{f['registers_within_10pct']}/{f['registers_compared']}" if f["registers_compared"] else "-",
-                      str(f["spills_where_xla_none"]), str(f["ours-only"]), str(f["xla-only"]),
+                      str(f["spills_where_xla_none"]), _ratio(f.get("model_median_ratio")),
+                      _ratio(f.get("model_worst_ratio")), _ratio(f.get("model_sum_ratio")), str(f["ours-only"]), str(f["xla-only"]),
                       str(f["xla-not-kernel"]), str(f["library"])])
     widths = [max(len(r[i]) for r in table) for i in range(len(head))]
     return ["  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))).rstrip()
             for r in table]
+
+
+def _ratio(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def module_lines(s: dict, n: int = 10) -> list[str]:
+    """The modules whose modelled time (matched pairs summed) is furthest above XLA's, and the
+    median module."""
+    mods = sorted(s.get("modules", []), key=lambda m: -m["ratio"])
+    if not mods:
+        return []
+    med = statistics.median(m["ratio"] for m in mods)
+    out = [f"modelled time ours/XLA per module (matched kernels summed): median {med:.3f} over {len(mods)}, "
+           f"{sum(1 for m in mods if m['ratio'] > 1.1)} above 1.1; highest:"]
+    out += [f"  {m['ratio']:6.3f}  {m['case']}: ours {m['ours_us']:.2f} us, XLA {m['xla_us']:.2f} us "
+            f"({m['pairs']} kernels)" for m in mods[:n]]
+    return out
 
 
 def _dims(d) -> str:
@@ -132,6 +201,13 @@ def _side_text(side: dict | None) -> str:
     return (f"grid {_dims(side['grid'])} block {_dims(side['block'])} smem {side['shared']}"
             + (f"+{side['static_shared']}" if side["static_shared"] else "")
             + f" ld {_bits(side['load_bits'])} st {_bits(side['store_bits'])} regs {regs}{spills}")
+
+
+def _model_text(row: dict) -> str:
+    m = row.get("model") or {}
+    if m.get("ratio") is None:
+        return ""
+    return f"  model {m['ours_us']:.2f}/{m['xla_us']:.2f} us = {m['ratio']:.2f}"
 
 
 def differs(row: dict) -> bool:
@@ -159,7 +235,8 @@ def kernel_lines(cases: list[dict], only_diff: bool = False) -> list[str]:
         else:
             tail = f"  (library call {r.get('library')}; XLA: {r.get('xla_thunk') or '-'})"
         groups.setdefault(row_family(r), []).append(
-            f"  {c['name']}/{r['fusion']}: XLA {_side_text(r['xla'])} | ours {_side_text(r['ours'])}{tail}")
+            f"  {c['name']}/{r['fusion']}: XLA {_side_text(r['xla'])} | ours {_side_text(r['ours'])}{tail}"
+            f"{_model_text(r)}")
     out = []
     for fam in sorted(groups):
         out.append(f"[{fam}] {len(groups[fam])}")

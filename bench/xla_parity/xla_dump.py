@@ -166,9 +166,21 @@ class AccessWidths:
     bulk_copies: int = 0            # cp.async.bulk (TMA) copies: no per-thread width
     ops: dict[str, int] = field(default_factory=dict)  # every global/generic ld/st spelling -> count
 
+    @property
+    def load_bytes(self) -> int:
+        """Bytes of every global/generic load instruction of the text (each counted once, as
+        written: an unrolled body's loads, not a loop's trips), cp.async copies included."""
+        total = 0
+        for op, n in self.ops.items():
+            if op.startswith("st"):
+                continue
+            bits = int(op.rsplit(".", 1)[1]) * 8 if op.startswith("cp.async") else access_bits(op)
+            total += n * (bits or 0) // 8
+        return total
+
     def to_json(self) -> dict:
         return {"load_bits": self.load_bits, "store_bits": self.store_bits, "load_op": self.load_op,
-                "store_op": self.store_op, "bulk_copies": self.bulk_copies}
+                "store_op": self.store_op, "bulk_copies": self.bulk_copies, "load_bytes": self.load_bytes}
 
 
 _SPACES = {"global", "shared", "local", "param", "const", "tex", "shared::cta", "shared::cluster"}
@@ -230,7 +242,7 @@ def access_widths(text: str) -> AccessWidths:
         if not size.isdigit():
             continue
         bits = int(size) * 8
-        out.ops[op] = out.ops.get(op, 0) + 1
+        out.ops[f"{op}.{size}"] = out.ops.get(f"{op}.{size}", 0) + 1   # the bytes in the key: load_bytes
         if out.load_bits is None or bits > out.load_bits:
             out.load_bits, out.load_op = bits, op
     return out

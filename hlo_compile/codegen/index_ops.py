@@ -9,6 +9,7 @@ require (starts clamped to ``[0, dim - size]``).
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 from llvmlite import ir
@@ -248,6 +249,29 @@ def _start_index_at(fe, indices: HloInstruction, idx: Sequence[ir.Value], limit:
     return b.trunc(v, kb.index_type)
 
 
+UNROLLED_REDUCE_ELEMENTS = 64   # an elemental reduce over at most this many elements: no loop
+_UNROLLED_OPERAND_NODES = 16    # ... whose operands' computation is at most this many instructions
+_NOT_UNROLLED_INSIDE = frozenset({"reduce", "reduce-window", "dot", "convolution", "scatter", "sort", "while",
+                                  "call", "conditional", "select-and-scatter"})
+
+
+def _cheap_to_unroll(operands: Sequence[HloInstruction]) -> bool:
+    """Whether the instructions computing ``operands`` inside the fusion are few and hold no loop
+    of their own: unrolling a reduce copies them once per element, so a reduce over another
+    unrolled reduce would multiply (an associative scan's levels grew 4x per level)."""
+    seen: set[int] = set()
+    todo = list(operands)
+    while todo:
+        inst = todo.pop()
+        if id(inst) in seen or inst.opcode == "parameter" or inst.opcode == "constant":
+            continue
+        seen.add(id(inst))
+        if inst.opcode in _NOT_UNROLLED_INSIDE or len(seen) > _UNROLLED_OPERAND_NODES:
+            return False
+        todo.extend(inst.operands)
+    return True
+
+
 @index_op("reduce")
 def _reduce(fe, inst, index):
     """One thread computes the whole reduction of its output element (XLA's elemental reduce)."""
@@ -273,10 +297,20 @@ def _reduce(fe, inst, index):
                 b.store(v, a)
             return
         d = reduced[k]
+        if unroll:
+            for i in range(in_dims[d]):
+                with fe.scope():
+                    operand_index[d] = kb.index(i)
+                    nest(k + 1)
+            return
         with kb.loop(0, in_dims[d], name=f"{inst.name}.r{d}") as iv:
             with fe.scope():
                 operand_index[d] = iv
                 nest(k + 1)
+    # a short reduction unrolled in full, as XLA's kernels have it (every load independent, in
+    # flight at once; the reducer still applied in the same order)
+    unroll = (math.prod(in_dims[d] for d in reduced) <= UNROLLED_REDUCE_ELEMENTS
+              and _cheap_to_unroll(inst.operands[:n]))
     nest(0)
     out = [b.load(a) for a in accs]
     return out if n > 1 else out[0]
@@ -346,10 +380,19 @@ def _reduce_window(fe, inst, index):
                 accumulate()
             return
         lo, hi = m.ranges[k]
+        if unroll:
+            for i in range(lo, hi + 1):
+                with fe.scope():
+                    window[k] = kb.index(i)
+                    nest(k + 1)
+            return
         with kb.loop(lo, hi + 1, name=f"{inst.name}.w{k}") as iv:
             with fe.scope():
                 window[k] = iv
                 nest(k + 1)
+    # a small window unrolled in full (as ``_reduce``; positions still skipped where excluded)
+    unroll = (math.prod(hi - lo + 1 for lo, hi in m.ranges) <= UNROLLED_REDUCE_ELEMENTS
+              and _cheap_to_unroll(inst.operands[:n]))
     nest(0)
     out = [b.load(a) for a in accs]
     return out if n > 1 else out[0]

@@ -156,7 +156,7 @@ def open_kernel(target: Target, spec: KernelSpec, *, inline: bool = False) -> Ke
     fused emitter (``inline``: every subgraph emitted in the kernel body) bound to the inputs."""
     module = target.new_module(spec.name)
     kf = target.begin_kernel(module, spec.name, spec.params, block=tuple(spec.launch.block))
-    kb = KernelBuilder(kf.builder, target, spec.index_type)
+    kb = KernelBuilder(kf.builder, target, spec.index_type, spec.launch)
     n_in = len(spec.fusion.fused_computation.parameters)
     fe = None
     if spec.partitioned is not None:

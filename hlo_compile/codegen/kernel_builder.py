@@ -13,7 +13,7 @@ from typing import Iterator, Sequence
 from llvmlite import ir
 
 from .llvm_types import I1, I32, I64
-from .target import Target
+from .target import LaunchDims, Target
 
 INT32_LIMIT = 2**31 - 1
 NO_WRAP = ("nuw", "nsw")   # flags of index arithmetic on in-range, non-negative indices
@@ -47,13 +47,35 @@ def counted_loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, name: str, *,
     b.position_at_end(done)
 
 
+def _set_range(v: ir.Value, size: int) -> None:
+    """``v`` (an id read by a call or load) is in ``[0, size)``: ``!range`` metadata."""
+    if isinstance(v, (ir.CallInstr, ir.LoadInstr)) and isinstance(v.type, ir.IntType) and 0 < size < 2 ** (v.type.width - 1):
+        module = v.function.module if hasattr(v, "function") else v.parent.parent.module
+        v.set_metadata("range", module.add_metadata([ir.Constant(v.type, 0), ir.Constant(v.type, size)]))
+
+
+def _order(dims: Sequence[int], minor_to_major: Sequence[int] | None) -> tuple[int, ...]:
+    """The dims of more than one element, minor first (what a (de)linearisation walks)."""
+    order = minor_to_major if minor_to_major is not None else range(len(dims) - 1, -1, -1)
+    return tuple(d for d in order if dims[d] != 1)
+
+
 class KernelBuilder:
     """A builder, the target it emits for, and the kernel's index type."""
 
-    def __init__(self, builder: ir.IRBuilder, target: Target, index_type: ir.IntType = I32):
+    def __init__(self, builder: ir.IRBuilder, target: Target, index_type: ir.IntType = I32,
+                 launch: LaunchDims | None = None):
         self.b = builder
         self.target = target
         self.index_type = index_type
+        # the kernel's launch: thread and block ids get its ranges (``!range``), as XLA's
+        # ``thread_id``/``block_id`` ops carry them, so that LLVM folds what they decide
+        # (``tid / 32`` of a 32-thread block is 0) instead of keeping it in registers
+        self.launch = launch
+        # delinearize's results -> (the linear index, dims, order): linearize of those very
+        # values in the same dims and order is that linear index (``linear_of``), as XLA's
+        # simplifier folds a delinearisation followed by its linearisation
+        self._delinearized: dict[tuple[int, ...], tuple[ir.Value, tuple[int, ...], tuple[int, ...]]] = {}
 
     # ---- constants and conversions -------------------------------------------------------
     def index(self, v: int) -> ir.Constant:
@@ -74,10 +96,16 @@ class KernelBuilder:
 
     # ---- ids ----------------------------------------------------------------------------------
     def thread_id(self, axis: int = 0) -> ir.Value:
-        return self.as_index(self.target.thread_id(self.b, axis))
+        v = self.target.thread_id(self.b, axis)
+        if self.launch is not None:
+            _set_range(v, self.launch.block[axis])
+        return self.as_index(v)
 
     def block_id(self, axis: int = 0) -> ir.Value:
-        return self.as_index(self.target.block_id(self.b, axis))
+        v = self.target.block_id(self.b, axis)
+        if self.launch is not None:
+            _set_range(v, self.launch.grid[axis])
+        return self.as_index(v)
 
     def work_item_ids(self) -> list[ir.Value]:
         """``(th_x, th_y, th_z, bl_x, bl_y, bl_z)``: the dims of every thread -> data map."""
@@ -102,18 +130,33 @@ class KernelBuilder:
         out: list[ir.Value] = [self.index(0)] * len(dims)
         order = minor_to_major if minor_to_major is not None else range(len(dims) - 1, -1, -1)
         order = [d for d in order if dims[d] != 1]
+        start = linear
         for k, d in enumerate(order):
             major = k == len(order) - 1
             out[d] = linear if major and not wrap else b.urem(linear, self.index(dims[d]))
             if not major:
                 linear = b.udiv(linear, self.index(dims[d]))
+        if not wrap and order:
+            self._delinearized[tuple(id(v) for v in out)] = (start, tuple(dims), _order(dims, minor_to_major))
         return out
+
+    def linear_of(self, index: Sequence[ir.Value], dims: Sequence[int],
+                  minor_to_major: Sequence[int] | None = None) -> ir.Value | None:
+        """The linear index ``index`` was delinearised from (``delinearize``) in the same
+        ``dims`` and order, else None: its ``linearize`` without the arithmetic."""
+        hit = self._delinearized.get(tuple(id(v) for v in index))
+        if hit is None or hit[1] != tuple(dims) or hit[2] != _order(dims, minor_to_major):
+            return None
+        return hit[0]
 
     def linearize(self, index: Sequence[ir.Value], dims: Sequence[int],
                   minor_to_major: Sequence[int] | None = None) -> ir.Value:
         """The position of ``index`` in ``dims`` ordered by ``minor_to_major`` (row-major when
         None). ``nuw nsw``: the index type holds every offset of the kernel, and consecutive
         elements get provably consecutive offsets (vector loads)."""
+        known = self.linear_of(index, dims, minor_to_major)
+        if known is not None:
+            return known
         b = self.b
         order = minor_to_major if minor_to_major is not None else range(len(dims) - 1, -1, -1)
         out, stride = None, 1

@@ -34,8 +34,15 @@ After XLA's ``GpuPerformanceModel`` (``xla/service/gpu/model/gpu_performance_mod
   collectives and asynchronous copies are listed in ``ModuleEstimate.not_estimated`` with why,
   and left out of the total (the reports say how many).
 
-Limits (say so when quoting a number): no latency model (a kernel with few bytes in flight
-is as fast as its bandwidth says), caches only as XLA's two speedups, tensor-core dots at
+- **Latency** (``estimate_launch`` with a ``LaunchFigures`` that knows the kernel's loads, as
+  ``--xla-parity`` gives it for XLA's kernels and ours): DRAM reads at most at the rate the
+  resident threads' bytes in flight allow (Little's law: resident threads x the bytes of one
+  thread's global loads, at most ``MAX_BYTES_IN_FLIGHT_PER_THREAD``, / ``DRAM_LATENCY_NS``),
+  so that narrow loads, low occupancy (registers, shared memory) and small grids cost time.
+
+Limits (say so when quoting a number): the latency cap only where the loads are known (not
+in ``--emit=cost``: a kernel with few bytes in flight is as fast as its bandwidth says), one
+latency for every read, stores never latency-bound, caches only as XLA's two speedups, tensor-core dots at
 peak rate, data-dependent reads (gather, scatter, sort) by XLA's heuristic, a tiled dot's
 operand re-reads counted once per element read by the staging maps. Calibrated on one H200 run
 (``python -m bench.calibrate``; bench/results/calibration-h200-2026-11-27.md): its bandwidth,
@@ -72,6 +79,12 @@ CUDA_CORE_CONTRACTION_EFFICIENCY = 0.28
 ESTIMATED_REGISTERS = 32          # per thread, when ptxas has not said
 TOP_N = 10                        # rows of the "where the time goes" table
 STATIC_SHARED_LIMIT = 48 * 1024
+# The latency model of ``estimate_launch`` (used when a kernel's loads are known, e.g. read
+# from its PTX): a DRAM read's latency, and the most global-load bytes one thread is taken to
+# keep in flight. Assumed, not calibrated: H100/H200 global loads that miss L2 take 500-700
+# cycles at 1.6-1.98 GHz; 64 bytes is four 128-bit loads.
+DRAM_LATENCY_NS = 400.0
+MAX_BYTES_IN_FLIGHT_PER_THREAD = 64
 
 # flops per output element of an elementwise op beyond the default 1: rough SFU/libdevice costs
 _ELEMENTWISE_FLOPS = {
@@ -249,17 +262,74 @@ class KernelEstimate:
                 f"reads: {reads or 'none'}" + (f"; UNCOALESCED writes: {', '.join(writes)}" if writes else ""))
 
 
+@dataclass(frozen=True)
+class LaunchFigures:
+    """How one kernel of a fusion is launched and what its compiled code does, as far as the
+    model takes it: the launch, the shared memory (dynamic + static), ptxas's registers, and
+    the width of its global accesses read from its PTX. ``estimate_launch`` models any kernel
+    of a fusion from these (ours, or XLA's for the same fusion: ``python -m bench --xla-parity``)."""
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    shared_bytes: int = 0                     # dynamic + static, per block
+    registers: int | None = None              # per thread (ptxas -v); None: ESTIMATED_REGISTERS
+    load_bits: int | None = None              # the widest global load of one thread (ld.v4.f32: 128)
+    store_bits: int | None = None             # the widest global store
+    load_bytes_per_thread: int | None = None  # bytes of all global load instructions of the kernel text
+
+    @property
+    def num_blocks(self) -> int:
+        return math.prod(self.grid)
+
+    @property
+    def num_threads(self) -> int:
+        return math.prod(self.block)
+
+    @property
+    def bytes_in_flight(self) -> int | None:
+        """Global-load bytes one thread can have outstanding: its load instructions' bytes (the
+        static count: an unrolled body's independent loads), at least its widest load, at most
+        ``MAX_BYTES_IN_FLIGHT_PER_THREAD``; None when the kernel's loads are not known."""
+        if self.load_bits is None and self.load_bytes_per_thread is None:
+            return None
+        widest = (self.load_bits or 0) // 8
+        return max(1, min(max(widest, self.load_bytes_per_thread or 0), MAX_BYTES_IN_FLIGHT_PER_THREAD))
+
+    def to_json(self) -> dict:
+        return {"grid": list(self.grid), "block": list(self.block), "shared_bytes": self.shared_bytes,
+                "registers": self.registers, "load_bits": self.load_bits, "store_bits": self.store_bits,
+                "load_bytes_per_thread": self.load_bytes_per_thread}
+
+
+def plan_launch(kernel: "KernelPlan", registers: int | None = None, static_shared: int | None = None) -> LaunchFigures:
+    """``kernel``'s own launch (its plan's grid, block and shared memory; ``static_shared``: ptxas's
+    figure, else the plan's), without access widths."""
+    launch = kernel.launch
+    if static_shared is None:
+        static_shared = int(kernel.spec.summary_fields().get("static_shared_bytes", 0) or 0)
+    return LaunchFigures(launch.grid, launch.block, static_shared + launch.shared_bytes, registers)
+
+
 def estimate_kernel(kernel: "KernelPlan", device: DeviceInfo, registers: int | None = None,
                     static_shared: int | None = None, tensor_cores: bool = False) -> KernelEstimate:
     """The estimate of one planned kernel on ``device``; ``registers`` and ``static_shared``
     are ptxas's figures when known (else an estimate and the plan's static shared bytes);
     ``tensor_cores``: dots may take the tensor-core path (``CompileOptions.dot_tensor_cores``)."""
-    spec, launch = kernel.spec, kernel.launch
+    return estimate_launch(kernel, device, plan_launch(kernel, registers, static_shared), tensor_cores)
+
+
+def estimate_launch(kernel: "KernelPlan", device: DeviceInfo, launch: LaunchFigures,
+                    tensor_cores: bool = False) -> KernelEstimate:
+    """The estimate of a kernel of ``kernel``'s fusion launched as ``launch`` says: the fusion's
+    bytes, flops and access pattern (coalescing) from the plan, the occupancy, active SMs and
+    compute lanes from ``launch``, and, when ``launch`` knows the kernel's loads, a cap on the
+    DRAM read rate by the bytes the resident threads keep in flight (Little's law:
+    resident threads x ``bytes_in_flight`` / ``DRAM_LATENCY_NS``): what narrow loads, few
+    resident threads (registers, shared memory) or a small grid cost. The same function models
+    XLA's kernel of a fusion (its launch, registers and widths from its PTX) and ours."""
+    spec = kernel.spec
     coal = analyze_kernel(kernel)
     num_blocks, threads = launch.num_blocks, launch.num_threads
-    if static_shared is None:
-        static_shared = int(spec.summary_fields().get("static_shared_bytes", 0) or 0)
-    occ = occupancy(device, threads, num_blocks, static_shared + launch.shared_bytes, registers) \
+    occ = occupancy(device, threads, num_blocks, launch.shared_bytes, launch.registers) \
         if num_blocks and threads else None
     bandwidth = float(device.memory_bandwidth or 1e12)
     clock = (device.clock_rate_ghz or 1.0) * 1e9
@@ -268,6 +338,7 @@ def estimate_kernel(kernel: "KernelPlan", device: DeviceInfo, registers: int | N
     cache_limit = max(active_cores, 1) * clock * device.l1_bytes_per_clock
 
     read_s = 0.0
+    dram_read = 0.0
     moved = 0
     for r in coal.reads:
         if r.bytes_total == 0:
@@ -282,7 +353,13 @@ def estimate_kernel(kernel: "KernelPlan", device: DeviceInfo, registers: int | N
             rest, rest_limit = rest * rate, dram_limit
         dram = min(r.bytes_net, r.bytes_total)
         read_s += dram / min(bandwidth * rate, dram_limit) + (r.bytes_total - dram) / min(rest, rest_limit)
+        dram_read += dram / rate
         moved += round(dram / rate)
+    in_flight = launch.bytes_in_flight
+    if in_flight is not None and occ is not None and dram_read:
+        resident = min(num_blocks, occ.blocks_per_core * device.core_count) * threads
+        concurrency = resident * in_flight / (DRAM_LATENCY_NS * 1e-9)
+        read_s = max(read_s, dram_read / concurrency)
     write_s = 0.0
     for w in coal.writes:
         rate = 1.0 if w.coalesced else max(w.efficiency, 1e-3)
@@ -653,6 +730,6 @@ def _renamed(est: KernelEstimate, k: "KernelPlan") -> KernelEstimate:
     return replace(est, fusion=fusion.name, coalescing=KernelCoalescing(reads, writes))
 
 
-__all__ = ["BufferAccess", "KernelEstimate", "LibraryCallEstimate", "ModuleEstimate", "NotEstimated", "Occupancy",
-           "TopRow", "cost_device", "count_flops", "estimate_kernel", "estimate_library_call", "estimate_module",
-           "occupancy"]
+__all__ = ["BufferAccess", "KernelEstimate", "LaunchFigures", "LibraryCallEstimate", "ModuleEstimate", "NotEstimated",
+           "Occupancy", "TopRow", "cost_device", "count_flops", "estimate_kernel", "estimate_launch",
+           "estimate_library_call", "estimate_module", "occupancy", "plan_launch"]

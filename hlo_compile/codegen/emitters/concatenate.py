@@ -24,7 +24,9 @@ from math import gcd
 from llvmlite import ir
 
 from ...hlo import HloInstruction
-from ...indexing.indexing_map import IndexingMap
+from ...indexing.indexing_map import IndexingMap, compose
+from ...indexing.layout_maps import linear_index_map
+from ...indexing.simplifier import simplify
 from ..affine_emitter import AffineEmitter
 from ..device_info import DeviceInfo
 from ..fusion_analysis import FusionAnalysis, is_elementwise
@@ -146,10 +148,22 @@ def emit_concatenate_kernel(target: Target, spec: ConcatenateKernelSpec) -> ir.M
     largest_extent = hero.operands[spec.largest].shape.dimensions[dim]
     m = spec.thread_map
     ids = kb.work_item_ids()
+    # identity epilogue, untiled output: a thread's offset in operand i's slot is its offset for
+    # the first slot plus a constant (offsets[i] x the concat dim's stride), as XLA stores them;
+    # the first slot's offset is the thread map composed with the layout, simplified
+    linear = None
+    if spec.epilogue == "identity" and not (out_shape.layout is not None and out_shape.layout.tiles):
+        linear = simplify(compose(m, linear_index_map(out_shape))).exprs[0]
+        stride = 1
+        for d in out_shape.minor_to_major:
+            if d == dim:
+                break
+            stride *= out_shape.dimensions[d]
     for point in itertools.product(*(range(lo, hi + 1) for lo, hi in m.ranges)):
         ae = AffineEmitter(kb, ids, [kb.index(s) for s in point], bounds=lambda v: m.bound(v))
         with kb.if_all(ae.in_bounds(m.constraints)):
             index = ae.emit_all(m.exprs)
+            base = ae.emit(linear) if linear is not None else None
             for i, op in enumerate(hero.operands):
                 extent = op.shape.dimensions[dim]
                 if extent == 0:
@@ -166,5 +180,8 @@ def emit_concatenate_kernel(target: Target, spec: ConcatenateKernelSpec) -> ir.M
                     else:
                         root_index = kb.delinearize(fe.offset(hero.shape, hero_index), root.shape.dimensions,
                                                     root.shape.minor_to_major, wrap=True)
-                    fe.store(out_shape, out_ptr, root_index, fe.value(root, root_index))
+                    offset = None
+                    if base is not None:
+                        offset = b.add(base, kb.index(offsets[i] * stride), flags=NO_WRAP) if offsets[i] else base
+                    fe.store(out_shape, out_ptr, root_index, fe.value(root, root_index), offset)
     return kernel.finish()

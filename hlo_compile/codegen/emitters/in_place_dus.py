@@ -20,11 +20,14 @@ from llvmlite import ir
 
 from ...hlo import HloInstruction
 from ...hlo.tiling import physical_size
-from ...indexing.indexing_map import IndexingMap
+from ...indexing.indexing_map import IndexingMap, compose
+from ...indexing.layout_maps import linear_index_map
+from ...indexing.simplifier import simplify
 from ..affine_emitter import AffineEmitter
 from ..device_info import DeviceInfo
 from ..fusion_analysis import FusionAnalysis
 from ..index_ops import start_index
+from ..kernel_builder import NO_WRAP
 from ..kernel import Declined, KernelSpec, kernel_index_type, open_kernel, output_leaves
 from ..launch import loop_fusion_config, thread_to_output_map
 from ..partitioner import partition
@@ -117,15 +120,22 @@ def emit_in_place_dus_kernel(target: Target, spec: InPlaceDusKernelSpec) -> ir.M
     for dus in spec.updates:
         dims, udims = dus.shape.dimensions, dus.operands[1].shape.dimensions
         starts.append([start_index(fe, dus, 2 + d, n - u) for d, (n, u) in enumerate(zip(dims, udims))])
+    # untiled outputs: the offset of update element i at start s is offset(i) + offset(s) (a
+    # linear layout), offset(i) the thread map composed with the layout, simplified, as XLA
+    # has it (``start·48 + thread``, not the thread's index delinearised and linearised again)
+    split = [None if dus.shape.layout is not None and dus.shape.layout.tiles else
+             (simplify(compose(m, linear_index_map(dus.shape))).exprs[0], fe.offset(dus.shape, start))
+             for dus, start in zip(spec.updates, starts)]
     for point in itertools.product(*(range(lo, hi + 1) for lo, hi in m.ranges)):
         ae = AffineEmitter(kb, ids, [kb.index(s) for s in point], bounds=lambda v: m.bound(v))
         with kb.if_all(ae.in_bounds(m.constraints)), fe.scope():
             index = ae.emit_all(m.exprs)
             stores = []
-            for dus, start, ptr in zip(spec.updates, starts, kernel.outputs):
+            for dus, start, ptr, sp in zip(spec.updates, starts, kernel.outputs, split):
                 v = fe.value(dus.operands[1], index)
                 out_index = [b.add(i, s) for i, s in zip(index, start)]
-                stores.append((dus.shape, ptr, out_index, fe.offset(dus.shape, out_index), v))
+                off = fe.offset(dus.shape, out_index) if sp is None else b.add(ae.emit(sp[0]), sp[1], flags=NO_WRAP)
+                stores.append((dus.shape, ptr, out_index, off, v))
             for shape, ptr, out_index, off, v in stores:
                 fe.store(shape, ptr, out_index, v, offset=off)
     return kernel.finish()

@@ -23,7 +23,9 @@ from llvmlite import ir
 from ...hlo import HloInstruction
 from ...hlo.shape import Shape
 from ...indexing.indexing_map import IndexingMap, compose
+from ...indexing.layout_maps import linear_index_map
 from ...indexing.op_maps import output_to_input
+from ...indexing.simplifier import simplify
 from ..affine_emitter import AffineEmitter
 from ..device_info import DeviceInfo
 from ..emitter_kind import EmitterKind
@@ -129,22 +131,27 @@ def emit_loop_kernel(target: Target, spec: LoopKernelSpec) -> ir.Module:
     def emitter(point) -> AffineEmitter:
         return AffineEmitter(kb, ids, [kb.index(s) for s in point], bounds=lambda v: m.bound(v))
 
+    offsets = [_offset_expr(spec, root, shape) for (root, _), (_, shape), _ in outputs]
+
     if n_elements % spec.unroll == 0:
         # a thread's elements are all in range or all out of it: one check at unroll index 0
         zero = tuple(lo for lo, _ in m.ranges)
         with kb.if_all(emitter(zero).in_bounds(m.constraints)):
-            indices = [_output_indices(spec, outputs, emitter(p)) for p in points]
+            aes = [emitter(p) for p in points]
+            indices = [_output_indices(spec, outputs, ae) for ae in aes]
             for idx in indices:
                 for ((root, _), _, _), index in zip(outputs, idx):
                     fe.preload(root, index)
-            pending = [_compute_point(fe, outputs, idx) for idx in indices]
+            pending = [_compute_point(fe, outputs, idx, _output_offsets(offsets, ae))
+                       for idx, ae in zip(indices, aes)]
             for stores in pending:
                 _store_all(fe, stores)
     else:
         for p in points:
             ae = emitter(p)
             with kb.if_all(ae.in_bounds(m.constraints)), fe.scope():
-                _store_all(fe, _compute_point(fe, outputs, _output_indices(spec, outputs, ae)))
+                _store_all(fe, _compute_point(fe, outputs, _output_indices(spec, outputs, ae),
+                                              _output_offsets(offsets, ae)))
     for out in others:
         _emit_other_size(kb, fe, ids, m, spec.root_maps[out[0][0].name], out)
     return kernel.finish()
@@ -196,18 +203,32 @@ def _output_indices(spec: LoopKernelSpec, outputs, ae: AffineEmitter) -> list[li
     return [ae.emit_all(spec.root_maps.get(root.name, spec.thread_map).exprs) for (root, _), _, _ in outputs]
 
 
-def _compute_point(fe: FusedEmitter, outputs, indices) -> list:
-    """(shape, pointer, index, value) of every output element one point produces."""
+def _offset_expr(spec: LoopKernelSpec, root: HloInstruction, shape: Shape):
+    """The output's physical offset as one expression of the work-item ids and the unroll
+    symbols: its thread map composed with its layout's linearisation and simplified, as XLA
+    composes them (``block·128 + thread``, where emitting the index and then linearising it
+    gives a div/mod chain and its inverse that LLVM does not fold)."""
+    m = spec.root_maps.get(root.name, spec.thread_map)
+    return simplify(compose(m, linear_index_map(shape))).exprs[0]
+
+
+def _output_offsets(offsets, ae: AffineEmitter) -> list[ir.Value]:
+    return [ae.emit(e) for e in offsets]
+
+
+def _compute_point(fe: FusedEmitter, outputs, indices, offsets=None) -> list:
+    """(shape, pointer, index, value, offset or None) of every output element one point produces."""
     result = []
-    for ((root, leaf), (_, shape), ptr), index in zip(outputs, indices):
+    offsets = offsets if offsets is not None else [None] * len(outputs)
+    for ((root, leaf), (_, shape), ptr), index, offset in zip(outputs, indices, offsets):
         v = fe.root_value(root, index)
-        result.append((shape, ptr, index, v[leaf] if leaf is not None else v))
+        result.append((shape, ptr, index, v[leaf] if leaf is not None else v, offset))
     return result
 
 
 def _store_all(fe: FusedEmitter, stores) -> None:
-    for shape, ptr, index, v in stores:
-        fe.store(shape, ptr, index, v)
+    for shape, ptr, index, v, offset in stores:
+        fe.store(shape, ptr, index, v, offset)
 
 
 # ---- fusions without elements --------------------------------------------------------------------

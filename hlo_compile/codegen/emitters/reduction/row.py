@@ -32,7 +32,7 @@ def emit_row_kernel(target: Target, spec: ReductionKernelSpec) -> ir.Module:
 
 def _emit_row_group(target: Target, spec: ReductionKernelSpec, e: ReductionEmitter) -> None:
     g = spec.geometry
-    nr, nk, v, tile = g["reduce_threads"], g["kept_threads"], g["vector_size"], g["tile"]
+    nr, nk, tile = g["reduce_threads"], g["kept_threads"], g["tile"]
     z, y_n, x_n = spec.rd.dimensions
     kb, b = e.kb, e.b
     t = kb.thread_id(0)
@@ -43,19 +43,11 @@ def _emit_row_group(target: Target, spec: ReductionKernelSpec, e: ReductionEmitt
     accs = e.new_accumulators()
     with kb.if_(y_ok):
         with kb.loop(0, z, name="z") as iz, e.fe.scope():
-            with kb.loop(0, tile, name="tile") as it, e.fe.scope():
-                base = b.mul(b.add(b.mul(it, kb.index(nr)), tx), kb.index(v))
-                row = normalized_linear(kb, spec.rd, iz, y, base)
-                if x_n % v == 0:
-                    # a thread's vector is all in range or all out of it: one check, then
-                    # every lane's loads before the reducer (merged into one vector load)
-                    with kb.if_(b.icmp_unsigned("<", base, kb.index(x_n))), e.fe.scope():
-                        e.accumulate_vector(accs, [0] * v, row)
-                else:
-                    for j in range(v):
-                        x = b.add(base, kb.index(j)) if j else base
-                        with kb.if_(b.icmp_unsigned("<", x, kb.index(x_n))), e.fe.scope():
-                            e.accumulate(accs, 0, normalized_linear(kb, spec.rd, iz, y, x))
+            # the tile steps unrolled (at most 16 / v), as XLA's are: every step's loads are
+            # independent, so a thread has them all in flight at once
+            for step in range(tile):
+                with e.fe.scope():
+                    _fold_tile_step(kb, spec, e, accs, iz, y, tx, step)
     vals = e.load(accs, 0)
     if nr < WARP:  # multi-row: rows of nr lanes, nr a power of two
         vals = e.warp_reduce(vals, nr // 2)
@@ -82,6 +74,27 @@ def _emit_row_group(target: Target, spec: ReductionKernelSpec, e: ReductionEmitt
             vals = e.warp_reduce(vals, WARP // 2)
     with kb.if_(b.and_(y_ok, b.icmp_unsigned("==", tx, kb.index(0)))):
         e.write_results(vals, normalized_linear(kb, spec.rd, kb.index(0), y, kb.index(0)))
+
+
+def _fold_tile_step(kb, spec: ReductionKernelSpec, e: ReductionEmitter, accs, iz, y, tx, step: int) -> None:
+    """Fold tile step ``step``'s ``v`` elements of row ``y`` into the thread's accumulators."""
+    b = kb.b
+    it = kb.index(step)
+    nr, v = spec.geometry["reduce_threads"], spec.geometry["vector_size"]
+    x_n = spec.rd.dimensions[2]
+    base = b.mul(b.add(b.mul(it, kb.index(nr)), tx), kb.index(v))
+    row = normalized_linear(kb, spec.rd, iz, y, base)
+    if x_n % v == 0:
+        # a thread's vector is all in range or all out of it: one check (none where every
+        # thread's is in range), then every lane's loads before the reducer (one vector load)
+        in_range = [] if (step + 1) * nr * v <= x_n else [b.icmp_unsigned("<", base, kb.index(x_n))]
+        with kb.if_all(in_range), e.fe.scope():
+            e.accumulate_vector(accs, [0] * v, row)
+    else:
+        for j in range(v):
+            x = b.add(base, kb.index(j)) if j else base
+            with kb.if_(b.icmp_unsigned("<", x, kb.index(x_n))), e.fe.scope():
+                e.accumulate(accs, 0, normalized_linear(kb, spec.rd, iz, y, x))
 
 
 def row_geometry(rd: ReductionDimensions, vector_size_fn: VectorSizeFn,

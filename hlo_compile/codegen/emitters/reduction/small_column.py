@@ -54,6 +54,9 @@ def emit_small_column_kernel(target: Target, spec: ReductionKernelSpec) -> ir.Mo
     return ReductionEmitter(target, spec).emit_groups(lambda e: _emit_group(target, spec, e))
 
 
+SMALL_COLUMN_UNROLL = 8
+
+
 def _emit_group(target: Target, spec: ReductionKernelSpec, e: ReductionEmitter) -> None:
     g = spec.geometry
     v, n_threads, rows, loops, pad = (g["vector_size"], g["threads"], g["shared_rows"], g["loop_size"],
@@ -65,16 +68,23 @@ def _emit_group(target: Target, spec: ReductionKernelSpec, e: ReductionEmitter) 
     block_base = b.mul(kb.block_id(0), kb.index(bc))     # normalised position of [a, 0, 0]
     accs = e.new_accumulators(v)
     tv = b.mul(t, kb.index(v))
-    with kb.loop(0, loops, name="loop") as k, e.fe.scope():
-        pos = b.add(b.mul(k, kb.index(v * n_threads)), tv)
-        first = b.add(block_base, pos)
-        if bc % v == 0:   # a thread's vector is all in range or all out of it
-            with kb.if_(b.icmp_unsigned("<", pos, kb.index(bc))), e.fe.scope():
-                e.accumulate_vector(accs, list(range(v)), first)
-        else:
-            for j in range(v):
-                with kb.if_(b.icmp_unsigned("<", b.add(pos, kb.index(j)), kb.index(bc))), e.fe.scope():
-                    e.accumulate(accs, j, b.add(first, kb.index(j)) if j else first)
+    # the loop's turns unrolled by up to SMALL_COLUMN_UNROLL (XLA's kernels have several loads in
+    # flight); the turns past ``loops`` of the last group fail the position check, as would a
+    # partial last turn, and the accumulation order is the loop's
+    unroll = min(loops, SMALL_COLUMN_UNROLL)
+    with kb.loop(0, -(-loops // unroll), name="loop") as kk, e.fe.scope():
+        for u in range(unroll):
+            k = b.add(b.mul(kk, kb.index(unroll)), kb.index(u)) if unroll > 1 else kk
+            with e.fe.scope():
+                pos = b.add(b.mul(k, kb.index(v * n_threads)), tv)
+                first = b.add(block_base, pos)
+                if bc % v == 0:   # a thread's vector is all in range or all out of it
+                    with kb.if_(b.icmp_unsigned("<", pos, kb.index(bc))), e.fe.scope():
+                        e.accumulate_vector(accs, list(range(v)), first)
+                else:
+                    for j in range(v):
+                        with kb.if_(b.icmp_unsigned("<", b.add(pos, kb.index(j)), kb.index(bc))), e.fe.scope():
+                            e.accumulate(accs, j, b.add(first, kb.index(j)) if j else first)
     pitch = c_n + pad
 
     def store(arrays):

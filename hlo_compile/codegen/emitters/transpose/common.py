@@ -99,6 +99,17 @@ def _unit_stride(shape: Shape, dim: int) -> bool:
     return False
 
 
+def _offset(fe: FusedEmitter, shape: Shape, index: Sequence[ir.Value]) -> ir.Value:
+    """``fe.offset``, but the linear index itself where ``index`` was delinearised from it in
+    ``shape``'s (untiled) layout: the tile row of a transpose whose real operand shape splits
+    the normalised one (``[144, 32]`` read as ``[3, 3, 16, 32]``) costs no div/rem chain."""
+    if not (shape.layout is not None and shape.layout.tiles):
+        linear = fe.kb.linear_of(index, shape.dimensions, shape.minor_to_major)
+        if linear is not None:
+            return linear
+    return fe.offset(shape, index)
+
+
 class VectorLoads:
     """Parameter loads of a thread's v consecutive elements addressed from one base pointer.
 
@@ -139,14 +150,17 @@ class VectorLoads:
 
         def value_at(index):
             hint = self.hints.get(self.key(index))
-            if hint is None or not _unit_stride(p.shape, hint[2]):
-                return fe.load_parameter(p, index)
-            first, e, _ = hint
             b, et = fe.kb.b, p.shape.element_type
             st = storage_type(et)
+            if hint is None or not _unit_stride(p.shape, hint[2]):
+                load = b.load(b.gep(fe.parameter_pointer(p), [_offset(fe, p.shape, index)], inbounds=True,
+                                    source_etype=st), typ=st)
+                fe.target.mark_invariant(load)
+                return from_storage(b, load, et)
+            first, e, _ = hint
             base = self.bases.get((id(p), self.key(first)))
             if base is None:
-                base = b.gep(fe.parameter_pointer(p), [fe.offset(p.shape, first)], inbounds=True,
+                base = b.gep(fe.parameter_pointer(p), [_offset(fe, p.shape, first)], inbounds=True,
                              source_etype=st)
                 self.bases[(id(p), self.key(first))] = base
             ptr = base if e == 0 else b.gep(base, [fe.kb.index(e)], inbounds=True, source_etype=st)

@@ -355,7 +355,8 @@ def emit_packed_transpose(target: Target, spec: PackedTransposeKernelSpec) -> ir
         return operand_indices[key]
 
     side = [(leaf, ptr) for leaf, ptr in zip(spec.leaves, out_ptrs) if leaf.hero is None]
-    with kb.loop(0, t.write_iterations, name="row") as k:
+    for turn in range(t.write_iterations):  # unrolled, as XLA has it: all turns' loads in flight
+        k = c(turn)
         row = add(mul(k, NUM_GROUPS), warp)
         col0 = mul(lane, v)
         conds = [b.icmp_unsigned("<", row, c(t.rows))] if t.rows % NUM_GROUPS else []
@@ -363,7 +364,7 @@ def emit_packed_transpose(target: Target, spec: PackedTransposeKernelSpec) -> ir
             conds.append(b.icmp_unsigned("<", col0, c(t.cols)))   # cols % v == 0: all v or none
         base = swizzled(row, col0)
 
-        def in_index(col):
+        def in_index(col, row=row):
             a_off, t1_off = split_col(col)
             off = [c(0)] * t.rank
             off[t.a_id], off[t.t1_in], off[t.t2_in] = a_off, t1_off, row
@@ -381,7 +382,7 @@ def emit_packed_transpose(target: Target, spec: PackedTransposeKernelSpec) -> ir
             return stores, [(leaf, ptr, leaf_value(kb, fe, leaf, linear, None), linear, first, e)
                             for leaf, ptr in side]
 
-        def flush(stores, side_values, vector: bool):
+        def flush(stores, side_values, vector: bool, base=base):
             for h, e, val in stores:
                 et = h.shape.element_type
                 ptr = b.gep(tiles[h], [add(base, c(e)) if e else base], inbounds=True, source_etype=storage_type(et))
@@ -436,7 +437,8 @@ def emit_packed_transpose(target: Target, spec: PackedTransposeKernelSpec) -> ir
     for h in tiles:
         fe.inject(h, hero_value(h))
     transposed = [(leaf, ptr) for leaf, ptr in zip(spec.leaves, out_ptrs) if leaf.hero is not None]
-    with kb.loop(0, t.read_iterations, name="col") as k:
+    for turn in range(t.read_iterations):  # unrolled, as XLA has it: all turns' loads in flight
+        k = c(turn)
         col0 = mul(add(mul(k, NUM_GROUPS), warp), v)
         row0 = mul(lane, v)
         conds = [b.icmp_unsigned("<", col0, c(t.cols))] if t.cols % (v * NUM_GROUPS) else []

@@ -34,6 +34,8 @@ when the packed variant (``packed.py``) cannot take a fusion, this one does, rep
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
@@ -203,11 +205,22 @@ def emit_tiled_transpose(target: Target, spec: TransposeKernelSpec) -> ir.Module
         the consecutive elements a thread handles: the first delinearised, the others one
         further along the tile's minor dim (divisible by v, as are the swapped dims: the v
         elements are all in range or all out of it, one guard for them all)."""
-        with kb.loop(0, t.iterations, name="row") as k:
-            lin = b.add(b.mul(tid, kb.index(vec), flags=NO_WRAP), b.mul(k, kb.index(t.per_turn), flags=NO_WRAP),
-                        flags=NO_WRAP)
+        # unrolled, as XLA has it: every turn's loads independent, all in flight at once. A
+        # turn that moves by whole rows of the tile (per_turn a multiple of the minor dims'
+        # size) only adds a constant to the major coordinate of the thread's first position:
+        # the div/mod chain once, and the turns' addresses one base plus constant offsets
+        tlin = b.mul(tid, kb.index(vec), flags=NO_WRAP)
+        row = math.prod(tile_dims[1:])
+        first = kb.delinearize(tlin, tile_dims) if t.per_turn % row == 0 else None
+        for turn in range(t.iterations):
+            k = kb.index(turn)
+            lin = b.add(tlin, b.mul(k, kb.index(t.per_turn), flags=NO_WRAP), flags=NO_WRAP)
             conds = [b.icmp_unsigned("<", lin, kb.index(t.tile_elements))] if t.tile_elements % t.per_turn else []
-            coord = kb.delinearize(lin, tile_dims)
+            if first is not None:
+                step = turn * t.per_turn // row
+                coord = [b.add(first[0], kb.index(step), flags=NO_WRAP) if step else first[0]] + first[1:]
+            else:
+                coord = kb.delinearize(lin, tile_dims)
             index = [o if n == 1 else b.add(o, c, flags=NO_WRAP) for o, c, n in zip(base, coord, tile_dims)]
             conds += [b.icmp_unsigned("<", i, kb.index(d)) for i, d, n in zip(index, dims, tile_dims) if d % n]
             points = [(coord, index)]
@@ -221,13 +234,15 @@ def emit_tiled_transpose(target: Target, spec: TransposeKernelSpec) -> ir.Module
     # phase 1: hero operands into shared memory (operand order), side outputs to memory. All
     # of a thread's values are computed before any store: its v loads sit together.
     side = [(leaf, ptr) for leaf, ptr in zip(spec.leaves, out_ptrs) if leaf.hero is None]
-    loads = VectorLoads(fe) if vec > 1 else None
+    # every parameter read through VectorLoads: v-element vectors from one base (vec > 1), and
+    # offsets of indices delinearised from a linear one taken as that linear index
+    loads = VectorLoads(fe)
     for points in tile_loop(t.tile, t.dims, origin):
         stores = []
         for h, smem in tiles.items():
             operand = h.operands[0]
             indices = [reshape_index(kb, index, t.dims, operand.shape.dimensions) for _, index in points]
-            if loads is not None:
+            if vec > 1:
                 loads.register(indices)
             stores += [(h, smem, coord, fe.value(operand, idx)) for (coord, _), idx in zip(points, indices)]
         side_values = []
@@ -241,8 +256,7 @@ def emit_tiled_transpose(target: Target, spec: TransposeKernelSpec) -> ir.Module
                                                 source_etype=storage_type(et)))
         for leaf, ptr, v, linear, first, e in side_values:
             store_value(kb, leaf, ptr, linear, v, first if vec > 1 else None, e)
-        if loads is not None:
-            loads.clear()
+        loads.clear()
 
     target.barrier(b)
 
