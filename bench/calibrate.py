@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hlo_compile.codegen.compiler import plan_module
-from hlo_compile.codegen.device_info import DeviceInfo, device_named, known_devices
-from hlo_compile.codegen.perf_model import KernelEstimate, estimate_kernel
+from hlo_compile.gpu.device_info import DeviceInfo, device_named, known_devices
+from hlo_compile.codegen.model.perf_model import KernelEstimate, estimate_kernel
 from hlo_compile.options import CompileOptions
 
 from . import catalog

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 
 from hlo_compile.codegen.compiler import plan_module
-from hlo_compile.codegen.device_info import device_named
-from hlo_compile.codegen.perf_model import estimate_module
+from hlo_compile.gpu.device_info import device_named
+from hlo_compile.codegen.model.perf_model import estimate_module
 from hlo_compile.options import CompileOptions
 
 from . import catalog

@@ -32,7 +32,7 @@ import numpy as np
 
 from hlo_compile import parse_module
 from hlo_compile.options import CompileOptions
-from hlo_compile.pipeline import run_pipeline
+from hlo_compile.driver.pipeline import run_pipeline
 from hlo_compile.runtime import literals
 from hlo_compile.runtime.executable import compile_executable
 

@@ -52,7 +52,7 @@ sys.path.insert(0, str(REPO))
 from hlo_compile import parse_module  # noqa: E402
 from hlo_compile.interpreter import evaluate_module  # noqa: E402
 from hlo_compile.options import CompileOptions  # noqa: E402
-from hlo_compile.pipeline import run_pipeline  # noqa: E402
+from hlo_compile.driver.pipeline import run_pipeline  # noqa: E402
 from hlo_compile.runtime import compare, literals  # noqa: E402
 from hlo_compile.runtime import cuda as rt  # noqa: E402
 from hlo_compile.runtime.executable import compile_executable  # noqa: E402
@@ -414,7 +414,7 @@ def _fmt(v: float | None, spec: str) -> str:
 def _stage_text(e: dict) -> str:
     """Pipeline stages in order, their sub-steps in brackets, and what is left of the total
     (process start and imports, for a fresh process)."""
-    from hlo_compile.pipeline import STAGE_NAMES
+    from hlo_compile.driver.pipeline import STAGE_NAMES
     st = e["stage_seconds"]
     stages = [f"{k} {st[k] * 1e3:.0f}" for k in STAGE_NAMES if k in st]
     steps = [f"{k} {v * 1e3:.0f}" for k, v in st.items() if k not in STAGE_NAMES]

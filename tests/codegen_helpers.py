@@ -11,7 +11,7 @@ import numpy as np
 from hlo_compile import parse_module
 from hlo_compile.interpreter import evaluate_module
 from hlo_compile.options import CompileOptions
-from hlo_compile.pipeline import run_pipeline
+from hlo_compile.driver.pipeline import run_pipeline
 from hlo_compile.runtime import compare, literals
 from hlo_compile.runtime.executable import HostPlatform, compile_executable
 

@@ -2,11 +2,23 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# The tests mirror the package's tree (tests/hlo, tests/codegen, ...) but share one flat
+# namespace of module names: a test may import another's cases (``from test_jax_corpus import
+# run_case``) and the helpers at this level (``codegen_helpers``), wherever each lives. pytest
+# puts a test file's own folder on sys.path only when it imports it, so every folder goes on it
+# here, before any test module is imported (test file names are unique across folders).
+TEST_FOLDERS = sorted(p for p in Path(__file__).resolve().parent.iterdir()
+                      if p.is_dir() and p.name not in ("data", "support", "__pycache__"))
+for _folder in [Path(__file__).resolve().parent, *TEST_FOLDERS]:
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
 
 def corpus_root() -> Path | None:

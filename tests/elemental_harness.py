@@ -17,7 +17,7 @@ from llvmlite import binding as llvm
 from llvmlite import ir
 
 import hlo_compile
-from hlo_compile.codegen.elemental_ops import emit_scalar_op
+from hlo_compile.codegen.elemental.scalar_ops import emit_scalar_op
 from hlo_compile.codegen.llvm_types import F32, F64, I1, I8, I64, PTR, compute_type, storage_type
 from hlo_compile.codegen.target import Target
 from hlo_compile.hlo.dtypes import numpy_dtype

@@ -177,16 +177,16 @@ _INTERPRETER_IMPORTS = {"hlo", "interpreter"}
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {
     # the race-free predicate and the device numbers live in codegen while the tree-reduction
     # pass needs them: they move below both passes/ and codegen/ in the tree step (issue 31 item 2)
-    ("hlo_compile.passes.tree_reduction", "hlo_compile.codegen.device_info"): "DeviceInfo (issue 31 item 2)",
-    ("hlo_compile.passes.tree_reduction", "hlo_compile.codegen.fusion_analysis"):
+    ("hlo_compile.passes.tree_reduction", "hlo_compile.gpu.device_info"): "DeviceInfo (issue 31 item 2)",
+    ("hlo_compile.passes.tree_reduction", "hlo_compile.codegen.analysis.fusion_analysis"):
         "is_race_free, is_reduction_from_or_to_contiguous_dimensions, reduction_dimensions (issue 31 item 2)",
-    ("hlo_compile.passes.tree_reduction_fusions", "hlo_compile.codegen.device_info"):
+    ("hlo_compile.passes.tree_reduction_fusions", "hlo_compile.gpu.device_info"):
         "DeviceInfo, device_for_arch (issue 31 item 2)",
-    ("hlo_compile.passes.tree_reduction_fusions", "hlo_compile.codegen.fusion_analysis"):
+    ("hlo_compile.passes.tree_reduction_fusions", "hlo_compile.codegen.analysis.fusion_analysis"):
         "reduction_dimensions (issue 31 item 2)",
     # the fusions stage refuses what no runtime step runs (hlo-compile refuses what hlo-run does);
     # runnable.py imports no other runtime file, and moves beside the driver in the tree step
-    ("hlo_compile.stages", "hlo_compile.runtime.runnable"): "check_runnable (issue 31 item 2)",
+    ("hlo_compile.driver.stages", "hlo_compile.driver.runnable"): "check_runnable (issue 31 item 2)",
 }
 
 
@@ -236,6 +236,6 @@ def test_the_layer_check_can_fail():
              ("hlo_compile.interpreter.e", "hlo_compile.indexing.m", [], 5),  # the interpreter: hlo only
              ("hlo_compile.hlo.p", "hlo_compile.options", [], 6),  # hlo: nothing else of ours
              ("hlo_compile.cli.z", "hlo_compile.runtime.y", [], 7),  # downward: fine
-             ("hlo_compile.stages", "hlo_compile.runtime.runnable", [], 8)]  # allowed
+             ("hlo_compile.driver.stages", "hlo_compile.driver.runnable", [], 8)]  # allowed
     assert [b.split(" ")[0] for b in _layer_violations(edges)] == [
         "hlo_compile.codegen.x:3", "hlo_compile.hlo.p:6", "hlo_compile.interpreter.e:5", "hlo_compile.runtime.y:4"]

@@ -16,12 +16,12 @@
 #   tests.log      every `gpu`-marked test but the two files below (driver layer, gelu, XLA's
 #                  loop-emitter tests, the JAX corpus plain and as CUDA graphs, tensor cores,
 #                  NCCL with one participant, side streams), 60 s a test
-#   families.log   tests/test_gpu_emitters.py -k real: every emitter family at a real size
-#   sanitizer.log  compute-sanitizer memcheck, then racecheck, on tests/test_gpu_emitters.py -k "not real"
-#   libraries.log  tests/test_gpu_libraries.py: cuBLASLt (every epilogue), cuDNN convolutions, cuFFT
+#   families.log   tests/gpu/test_gpu_emitters.py -k real: every emitter family at a real size
+#   sanitizer.log  compute-sanitizer memcheck, then racecheck, on tests/gpu/test_gpu_emitters.py -k "not real"
+#   libraries.log  tests/gpu/test_gpu_libraries.py: cuBLASLt (every epilogue), cuDNN convolutions, cuFFT
 #   bench.txt/.json  python -m bench --suite gpu: our time, % of a device-to-device copy, XLA:GPU's
 #
-# --dry-run (on a machine without a GPU; tests/test_device_check.py runs it in CI) goes through
+# --dry-run (on a machine without a GPU; tests/gpu/test_device_check.py runs it in CI) goes through
 # every step up to the first call that needs a GPU: the archives and wheels are checked whole,
 # the size that travels is measured against the device tool's limit, the smoke step compiles
 # gelu to PTX for sm_90 (LLVM, libdevice, ptxas when present) and runs it on the host, the
@@ -208,29 +208,29 @@ step_tests() {
 }
 
 step_families() {
-    if [ $DRY = 1 ]; then collect families tests/test_gpu_emitters.py -k real; return; fi
+    if [ $DRY = 1 ]; then collect families tests/gpu/test_gpu_emitters.py -k real; return; fi
     # shellcheck disable=SC2046
-    run_step families "${LIMIT[families]}" "${PYTEST[@]}" $(pytest_opts 6) -rP tests/test_gpu_emitters.py -k real
+    run_step families "${LIMIT[families]}" "${PYTEST[@]}" $(pytest_opts 6) -rP tests/gpu/test_gpu_emitters.py -k real
 }
 
 step_sanitizer() {
     local half=$(( LIMIT[sanitizer] / 2 ))
     if [ $DRY = 1 ]; then
-        collect sanitizer tests/test_gpu_emitters.py -k "not real"
-        say "   would run: compute-sanitizer --tool memcheck|racecheck --error-exitcode 9 ${PYTEST[*]} tests/test_gpu_emitters.py -k 'not real'"
+        collect sanitizer tests/gpu/test_gpu_emitters.py -k "not real"
+        say "   would run: compute-sanitizer --tool memcheck|racecheck --error-exitcode 9 ${PYTEST[*]} tests/gpu/test_gpu_emitters.py -k 'not real'"
         return
     fi
     local tool
     for tool in memcheck racecheck; do
         run_step sanitizer "$half" compute-sanitizer --tool "$tool" --error-exitcode 9 --print-limit 20 \
-            "${PYTEST[@]}" tests/test_gpu_emitters.py -k "not real"
+            "${PYTEST[@]}" tests/gpu/test_gpu_emitters.py -k "not real"
     done
 }
 
 step_libraries() {
-    if [ $DRY = 1 ]; then collect libraries tests/test_gpu_libraries.py; return; fi
+    if [ $DRY = 1 ]; then collect libraries tests/gpu/test_gpu_libraries.py; return; fi
     # shellcheck disable=SC2046
-    run_step libraries "${LIMIT[libraries]}" "${PYTEST[@]}" $(pytest_opts 6) tests/test_gpu_libraries.py
+    run_step libraries "${LIMIT[libraries]}" "${PYTEST[@]}" $(pytest_opts 6) tests/gpu/test_gpu_libraries.py
 }
 
 step_bench() {

@@ -82,7 +82,7 @@ def run_tool(tool: Path, args: list[str], out: Path, env: dict[str, str], log: P
 
 def _small_enough(module) -> str | None:
     """Why a module is left out of the xla group, or None."""
-    from hlo_compile.codegen.perf_model import instruction_flops  # noqa: PLC0415
+    from hlo_compile.codegen.model.perf_model import instruction_flops  # noqa: PLC0415
     for comp in module.computations:
         for inst in comp.instructions:
             if inst.opcode in SKIP_OPCODES:

@@ -149,7 +149,7 @@ def launch_figures(side: dict, static_shared: int | None = None):
     """The cost model's ``LaunchFigures`` of one side of a row (its launch, shared memory
     dynamic + static, ptxas's registers, the widths and bytes of its global loads and stores);
     ``static_shared``: the figure to take where ptxas gave none."""
-    from hlo_compile.codegen.perf_model import LaunchFigures
+    from hlo_compile.codegen.model.perf_model import LaunchFigures
     static = side["static_shared"] if side["static_shared"] is not None else (static_shared or 0)
     return LaunchFigures(tuple(side["grid"]), tuple(side["block"]), (side["shared"] or 0) + static,
                          side["registers"], side["load_bits"], side["store_bits"], side.get("load_bytes"))
@@ -158,7 +158,7 @@ def launch_figures(side: dict, static_shared: int | None = None):
 def model_times(kernel, device, xla: dict | None, ours: dict | None) -> dict:
     """``{"xla_us", "ours_us", "ratio"}`` (ours/XLA): the modelled time of each side's kernel of
     ``kernel``'s fusion; ``error`` where the model cannot take the fusion."""
-    from hlo_compile.codegen.perf_model import estimate_launch
+    from hlo_compile.codegen.model.perf_model import estimate_launch
     out: dict = {"xla_us": None, "ours_us": None, "ratio": None}
     try:
         static = int(kernel.spec.summary_fields().get("static_shared_bytes", 0) or 0)
@@ -239,9 +239,9 @@ def compare_case(case: str, arch: str | None = None, *, cache_dir: str | None = 
 
 def _compile(text: str, name: str, arch: str, cache_dir, use_cache: bool, gemm: str, tensor_cores: bool):
     from hlo_compile.hlo import parse_module
-    from hlo_compile.kernel_cache import KernelCache, default_cache_dir
+    from hlo_compile.driver.kernel_cache import KernelCache, default_cache_dir
     from hlo_compile.options import CompileOptions
-    from hlo_compile.pipeline import run_pipeline
+    from hlo_compile.driver.pipeline import run_pipeline
     fusions, member = xla_fusions(parse_module(text, name))
     cache = KernelCache(Path(cache_dir) if cache_dir else default_cache_dir()) if use_cache else None
     options = CompileOptions(arch=arch, gemm=gemm, dot_tensor_cores=tensor_cores)

@@ -506,7 +506,7 @@ def override_spec(override_dir: Path | None, llvm_ir_files: Iterable[str], ptx_f
     ptx = [Path(f) for v in ptx_files for f in v.split(",") if f.strip()]
     if override_dir is None and not ir and not ptx:
         return None
-    from ..overrides import OverrideError, OverrideSpec
+    from ..driver.overrides import OverrideError, OverrideSpec
     try:
         return OverrideSpec(override_dir, ir, ptx, platform)
     except OverrideError as e:
@@ -551,7 +551,7 @@ def check_llvmlite() -> None:
 
 
 def supported_archs() -> list[str]:
-    from ..codegen.device_info import known_archs
+    from ..gpu.device_info import known_archs
     from ..targets.nvptx.archs import SUPPORTED_ARCHS
     return [a for a in SUPPORTED_ARCHS if a in known_archs()]
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import click
 
-from ..dump import SUMMARY, DumpDirectory
+from ..driver.dump import SUMMARY, DumpDirectory
 from ..hlo.errors import HloError
-from ..kernel_cache import KernelCache, default_cache_dir, pack, result_key, unpack
+from ..driver.kernel_cache import KernelCache, default_cache_dir, pack, result_key, unpack
 from ..options import CompileOptions
-from ..pipeline import STAGE_ALIASES, STAGES, UNAVAILABLE_STAGES, stage
+from ..driver.pipeline import STAGE_ALIASES, STAGES, UNAVAILABLE_STAGES, stage
 from . import common
 from .common import EXIT_ERROR, STDIN, UserError, stderr_is_tty
 
@@ -308,7 +308,7 @@ def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform
           short_form, as_fusion, cache: KernelCache | None = None, quiet: bool = True, *,
           source: tuple[str, str] | None = None, result_key: str | None = None, checked: tuple | None = None,
           jobs: int = 1, pass_re=None, overrides=None, dump_indexing: str | None = None) -> None:
-    from ..pipeline import run_pipeline
+    from ..driver.pipeline import run_pipeline
     stage_name, arch, chosen = checked or _check_flags(emit, passes, output, options.arch, platform, input_format,
                                                        dump_to)
     dump_to = common.dump_dir(dump_to) if chosen is None else None
@@ -342,7 +342,7 @@ def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform
         if not quiet:
             _timing_line(result, time.perf_counter() - t0)
         if result.overrides:
-            from ..overrides import describe
+            from ..driver.overrides import describe
             common.note(PROG, f"{module.name}: {describe(result.overrides)}")
         record.notes.update(result.skipped)
         if pass_re is not None and result.writer is not None:  # --xla_dump_hlo_pass_re

@@ -111,7 +111,7 @@ def _leaf_shapes_agree(value: Any, shape) -> bool:
 def capture_operands(module, inst, args: list, seed: int | None) -> list:
     """The values of ``inst``'s operands (one per operand, in order) when the interpreter first
     evaluates ``inst`` in a run of ``module`` on ``args``; the run stops there."""
-    from ..hlo.te_attention_call import check_private_flows
+    from ..hlo.calls.te_attention import check_private_flows
     from ..hlo.unbounded import refuse_unbounded_dimensions
     from ..interpreter.evaluator import Evaluator, coerce_argument
     refuse_unbounded_dimensions(module, "evaluate")
@@ -162,7 +162,7 @@ def run_isolated(module, s, hooks: RunHooks, *, index: int | None = None, dump=N
     """``--isolate=NAME``: see the module docstring."""
     from ..hlo.collective_groups import world_of
     from ..hlo.extract import extract_instruction, resolve
-    from ..pipeline import fusions_plan
+    from ..driver.pipeline import fusions_plan
     from ..runtime import literals
     world = world_of(module, s.num_replicas, s.num_partitions)
     if world.size > 1:

@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from ..dump import DumpDirectory
+from ..driver.dump import DumpDirectory
 from ..hlo.errors import HloError
 from . import common, run_watch
 from .common import EXIT_ERROR, EXIT_MISMATCH, EXIT_OK, UserError
@@ -249,7 +249,7 @@ def _run_one(module, s: RunSettings, *, index: int | None = None, dump: DumpDire
         from .run_spmd import run_spmd
         return run_spmd(module, s, world, _compare, rule_text, _rng_seed)
     if dump is not None and s.platform == "interpreter":  # compiles nothing: only the input
-        from ..pipeline import dump_source
+        from ..driver.pipeline import dump_source
         dump_source(module, dump, dump_index, common.default_arch())
     # only what differs from _runner's defaults is passed (tests stand in for _runner)
     extra = {**({"tensor_cores": True} if s.tensor_cores else {}), **({"graph": True} if s.use_cuda_graph else {}),
@@ -353,7 +353,7 @@ def _override_text(s: RunSettings, index: int) -> str:
     """``; kernel fusion: from override /path/...`` for the verdict (empty without overrides)."""
     if s.overrides is None:
         return ""
-    from ..overrides import describe
+    from ..driver.overrides import describe
     text = describe(s.overrides.sources(index))
     return f"; {text}" if text else ""
 

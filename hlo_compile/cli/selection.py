@@ -66,7 +66,7 @@ def extract_text(module, name: str, options: CompileOptions, short_form: bool = 
     from ..hlo import parse_module
     from ..hlo.errors import HloError
     from ..hlo.extract import ExtractError, extract_instruction
-    from ..pipeline import fusions_plan
+    from ..driver.pipeline import fusions_plan
     out = extract_instruction(module, name, plan_of=lambda m: fusions_plan(m, options))
     text = out.to_text("short" if short_form else "long")
     try:
@@ -83,7 +83,7 @@ def fusion_stage_text(module, name: str, stage_name: str, options: CompileOption
     if stage_name in ("indexing", "indexing-json"):
         return _indexing_text(module, name, stage_name, options)
     from ..hlo.extract import find_kernel, kernel_not_found
-    from ..pipeline import run_pipeline
+    from ..driver.pipeline import run_pipeline
     result = run_pipeline(module, options, emit="fusions", cache=cache, jobs=jobs)
     plan = result.plan
     k = find_kernel(plan, name)
@@ -120,7 +120,7 @@ def _indexing_text(module, name: str, stage_name: str, options: CompileOptions) 
     """The maps of the fusion alone: those of the module extracted for it, whose only subject
     it is (the maps depend on its fused computation and operand shapes only)."""
     from ..hlo.extract import extract_instruction
-    from ..pipeline import fusions_plan
+    from ..driver.pipeline import fusions_plan
     from ..indexing.report import indexing_report_json_pieces, indexing_report_text_pieces
     one = extract_instruction(module, name, plan_of=lambda m: fusions_plan(m, options))
     if stage_name == "indexing":
@@ -130,7 +130,7 @@ def _indexing_text(module, name: str, stage_name: str, options: CompileOptions) 
 
 def _run_kernel_stages(plan, stage_name: str, options: CompileOptions, cache, jobs: int) -> str | bytes:
     """The stages after ``fusions`` up to ``stage_name`` on ``plan``, as the driver runs them."""
-    from ..stages import STAGES, StageEnv, StageUnavailable, text_of
+    from ..driver.stages import STAGES, StageEnv, StageUnavailable, text_of
     by_name = {s.name: s for s in STAGES}
     needed, todo = set(), [stage_name]
     while todo:

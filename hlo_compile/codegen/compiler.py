@@ -18,20 +18,20 @@ from llvmlite import ir
 
 from ..hlo import HloComputation, HloInstruction, HloModule
 from ..hlo.errors import HloUnsupportedError
-from ..hlo.library_targets import library_family
+from ..hlo.calls.library_targets import library_family
 from ..hlo.tiling import physical_size
 from ..hlo.unbounded import refuse_unbounded_dimensions
 from ..options import CompileOptions
 from ..passes import run_passes
 from ..passes.prepare_control_flow import executed_computations
-from .device_info import DeviceInfo, device_for_arch
-from .emitter_kind import EmitterKind
+from ..gpu.device_info import DeviceInfo, device_for_arch
+from .analysis.emitter_kind import EmitterKind
 from .emitters import EMITTERS, EMPTY_KERNEL, Emitter
 from .emitters.loop import plan_loop_instead
-from .fusion_analysis import FusionAnalysis, analyze_fusion
+from .analysis.fusion_analysis import FusionAnalysis, analyze_fusion
 from .kernel import Declined, KernelSpec, output_leaves
 from .llvm_types import UnsupportedElementType, compute_type
-from .plan_sharing import Correspondence, SharedPlans, analysis_signature, plan_key, retarget
+from .analysis.plan_sharing import Correspondence, SharedPlans, analysis_signature, plan_key, retarget
 from .target import LaunchDims, Target
 
 

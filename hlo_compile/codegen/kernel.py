@@ -22,9 +22,9 @@ from ..hlo import HloInstruction
 from ..hlo.shape import Shape
 from ..hlo.tiling import physical_size
 from ..indexing.indexing_map import IndexingMap
-from .fused_emitter import FusedEmitter
+from .elemental.fused_emitter import FusedEmitter
 from .kernel_builder import KernelBuilder, index_type_for
-from .partitioner import PartitionedComputation, fusion_roots
+from .elemental.partitioner import PartitionedComputation, fusion_roots
 from .target import KernelParam, LaunchDims, Target
 
 

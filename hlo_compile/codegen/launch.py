@@ -20,11 +20,11 @@ from hlo_compile.indexing import affine as A
 from hlo_compile.indexing.indexing_map import IndexingMap
 from hlo_compile.indexing.simplifier import simplify
 
-from .device_info import DeviceInfo
-from .emitter_kind import EmitterKind
-from .fusion_analysis import FusionAnalysis, analyze_fusion, bits_of
+from ..gpu.device_info import DeviceInfo
+from .analysis.emitter_kind import EmitterKind
+from .analysis.fusion_analysis import FusionAnalysis, analyze_fusion, bits_of
 from .target import LaunchDims
-from .thread_maps import WORK_ITEM_DIM_NAMES
+from .model.thread_maps import WORK_ITEM_DIM_NAMES
 
 MAX_UNROLL_FACTOR = 4
 WARP_SCHEDULERS = 4          # threads per block = warp size * schedulers = 128

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..hlo.errors import HloUnsupportedError
 from ..hlo.ir import HloInstruction
-from .device_info import DeviceInfo
+from ..gpu.device_info import DeviceInfo
 
 if TYPE_CHECKING:
     from .compiler import ModulePlan

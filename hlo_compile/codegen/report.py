@@ -6,9 +6,9 @@ calls by estimated time."""
 from __future__ import annotations
 
 from ..hlo.ir import HloInstruction
-from ..hlo.library_targets import library_reason
+from ..hlo.calls.library_targets import library_reason
 from .compiler import ModulePlan
-from .perf_model import TOP_N, ModuleEstimate
+from .model.perf_model import TOP_N, ModuleEstimate
 
 FFT_LIBRARY = "cufft"
 FFT_REASON = "fft runs as a runtime step: cuFFT on cuda, numpy's FFT on the host (no kernel)"

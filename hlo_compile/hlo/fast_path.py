@@ -25,7 +25,7 @@ How it stays equal to the grammar:
 The hot loop (one instruction) matches the coarse tokens INSTR_HEAD, OPERANDS and ATTRIBUTE
 directly, since each is the first terminal Lark tries in its state (ATTRIBUTE comes second
 to INSTR_HEAD after an instruction, but the two can never both match at one position: one
-needs a ',' after optional whitespace, the other a name). ``tests/test_parser_fast_path.py``
+needs a ',' after optional whitespace, the other a name). ``tests/hlo/test_parser_fast_path.py``
 checks the contract on the whole corpus and on mutated inputs.
 """
 from __future__ import annotations

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..hlo.annotation_calls import is_identity_annotation
+from ..hlo.calls.annotation import is_identity_annotation
 from ..hlo.errors import HloUnsupportedError
-from ..hlo.library_targets import SCRATCH_TARGETS
+from ..hlo.calls.library_targets import SCRATCH_TARGETS
 from . import rng_bits
 from .library_calls import LIBRARY_CALLS
 from .numerics import dtype_of

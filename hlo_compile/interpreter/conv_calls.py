@@ -23,7 +23,7 @@ import itertools
 
 import numpy as np
 
-from ..hlo.conv_call import ConvCall, ConvKind, parse_conv_call
+from ..hlo.calls.conv import ConvCall, ConvKind, parse_conv_call
 from .library_calls import library_call
 from .numerics import compute, dtype_of, result
 

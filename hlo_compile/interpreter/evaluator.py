@@ -13,7 +13,7 @@ import numpy as np
 
 from ..hlo.errors import HloError, HloUnsupportedError
 from ..hlo.ir import HloComputation, HloModule
-from ..hlo.te_attention_call import check_private_flows
+from ..hlo.calls.te_attention import check_private_flows
 from ..hlo.unbounded import refuse_unbounded_dimensions
 from .numerics import dtype_of
 from .registry import OPS, TOKEN

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..hlo.fft_call import parse_fft
+from ..hlo.calls.fft import parse_fft
 from .numerics import dtype_of
 from .registry import op
 

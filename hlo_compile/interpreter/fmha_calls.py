@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..hlo.fmha_call import FmhaCall, Roles, fmha_call
-from ..hlo.library_targets import FMHA_TARGETS
+from ..hlo.calls.fmha import FmhaCall, Roles, fmha_call
+from ..hlo.calls.library_targets import FMHA_TARGETS
 from .library_calls import library_call
 from .numerics import dtype_of
 

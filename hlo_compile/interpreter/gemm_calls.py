@@ -25,8 +25,8 @@ import ml_dtypes
 import numpy as np
 
 from ..hlo.element_types import is_complex, is_integral
-from ..hlo.gemm_call import GemmCall, parse_gemm_call
-from ..hlo.library_targets import GEMM_TARGETS
+from ..hlo.calls.gemm import GemmCall, parse_gemm_call
+from ..hlo.calls.library_targets import GEMM_TARGETS
 from .library_calls import library_call
 from .numerics import dtype_of
 

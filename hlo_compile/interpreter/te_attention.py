@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..hlo.library_targets import TE_ATTENTION_TARGETS
-from ..hlo.te_attention_call import TeAttentionCall, te_attention_call
+from ..hlo.calls.library_targets import TE_ATTENTION_TARGETS
+from ..hlo.calls.te_attention import TeAttentionCall, te_attention_call
 from . import fmha_calls
 from .library_calls import library_call
 from .numerics import dtype_of

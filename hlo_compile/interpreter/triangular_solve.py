@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..hlo.triangular_solve_call import (TRIANGULAR_SOLVE_TARGET, Cholesky, TriangularSolve, parse_cholesky,
+from ..hlo.calls.triangular_solve import (TRIANGULAR_SOLVE_TARGET, Cholesky, TriangularSolve, parse_cholesky,
                                          parse_triangular_solve)
 from .library_calls import library_call
 from .numerics import dtype_of

@@ -3,7 +3,7 @@ the SPMD partitioner's on one participant) rewritten as the ``copy`` they mean, 
 kernels compute through them; in place."""
 from __future__ import annotations
 
-from ..hlo.annotation_calls import is_identity_annotation
+from ..hlo.calls.annotation import is_identity_annotation
 from ..hlo.collective_groups import world_of
 from ..hlo.ir import HloModule
 

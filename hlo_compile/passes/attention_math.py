@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..hlo import HloComputation, HloInstruction
 from ..hlo.builder import HloBuilder, braces  # noqa: F401  (braces: for triangular_solve_lowering)
-from ..hlo.fmha_call import FmhaCall, Roles
+from ..hlo.calls.fmha import FmhaCall, Roles
 from ..hlo.shape import Shape
 
 F32 = "f32"

@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 from ..hlo import HloComputation, HloInstruction, Shape
 from ..hlo.attributes import ConvDimensionNumbers, WindowDim
 from ..hlo.builder import HloBuilder
-from ..hlo.conv_call import TARGET_KINDS, ConvCall, ConvKind, parse_conv_call
+from ..hlo.calls.conv import TARGET_KINDS, ConvCall, ConvKind, parse_conv_call
 from ..hlo.rewrite import (NameScope, add_computation, control_predecessors, insert_instructions, module_of,
                            remove_dead, replace_instructions, replace_uses, take_name)
 from .fusion_builder import build_fusion

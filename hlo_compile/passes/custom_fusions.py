@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from ..hlo import HloComputation, HloInstruction, HloModule
 from ..hlo.attributes import Attribute
 from ..hlo.backend_config import fusion_backend_config
-from ..hlo.library_targets import SCRATCH_TARGETS
+from ..hlo.calls.library_targets import SCRATCH_TARGETS
 from ..hlo.rewrite import NameScope, insert_instructions, new_instruction
 from ..hlo.shape import Shape
 from ..indexing import affine as A

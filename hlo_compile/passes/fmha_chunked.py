@@ -29,7 +29,7 @@ import math
 from collections.abc import Callable
 
 from ..hlo import HloComputation, HloInstruction
-from ..hlo.fmha_call import FmhaCall
+from ..hlo.calls.fmha import FmhaCall
 from ..hlo.rewrite import NameScope, add_computation, remove_dead
 from ..hlo.shape import Shape
 from .attention_math import F32, AttentionBuilder, KeyRange, attention_output, attention_scores

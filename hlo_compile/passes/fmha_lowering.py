@@ -30,8 +30,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..hlo import HloComputation, HloInstruction
-from ..hlo.fmha_call import FmhaCall, fmha_call
-from ..hlo.library_targets import FMHA_TARGETS
+from ..hlo.calls.fmha import FmhaCall, fmha_call
+from ..hlo.calls.library_targets import FMHA_TARGETS
 from ..hlo.rewrite import remove_dead, replace_instructions, replace_uses, take_name
 from ..hlo.shape import Shape
 from .attention_math import F32, AttentionBuilder, attention_inputs, attention_output, attention_scores

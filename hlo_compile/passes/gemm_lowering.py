@@ -29,9 +29,9 @@ from ..hlo import HloComputation, HloInstruction
 from ..hlo.builder import HloBuilder
 from ..hlo.dtypes import numpy_dtype
 from ..hlo.element_types import is_complex, is_integral
-from ..hlo.gemm_call import GemmCall, parse_gemm_call
+from ..hlo.calls.gemm import GemmCall, parse_gemm_call
 from ..hlo.ir import HloModule
-from ..hlo.library_targets import GEMM_TARGETS
+from ..hlo.calls.library_targets import GEMM_TARGETS
 from ..hlo.rewrite import (NameScope, add_computation, control_predecessors, insert_instructions, module_of,
                            remove_instructions, replace_instructions, set_control_predecessors, take_name)
 from ..hlo.shape import Shape

@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Callable
 
 from ..hlo import HloComputation, HloInstruction, HloModule
-from ..hlo.library_targets import TE_ATTENTION_TARGETS, library_family
-from ..hlo.library_limits import library_refusal
+from ..hlo.calls.library_targets import TE_ATTENTION_TARGETS, library_family
+from ..hlo.calls.library_limits import library_refusal
 from . import conv_lowering, fmha_lowering, gemm_lowering, te_attention_lowering
 
 # target -> lower(computation, call): replaces ``call`` in ``computation`` by plain HLO

@@ -16,8 +16,8 @@ check must see them all first.
 from __future__ import annotations
 
 from ..hlo import HloComputation, HloInstruction, HloModule
-from ..hlo.library_targets import TE_ATTENTION_TARGETS
-from ..hlo.te_attention_call import TeAttentionCall, check_private_flows, te_attention_call
+from ..hlo.calls.library_targets import TE_ATTENTION_TARGETS
+from ..hlo.calls.te_attention import TeAttentionCall, check_private_flows, te_attention_call
 from .attention_math import AttentionBuilder
 from .fmha_chunked import SCORES_LIMIT
 from .fmha_lowering import attention_backward, attention_forward, replace_call

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import math
 
-from hlo_compile.codegen.device_info import DeviceInfo
-from hlo_compile.codegen.fusion_analysis import (is_race_free, is_reduction_from_or_to_contiguous_dimensions,
+from hlo_compile.gpu.device_info import DeviceInfo
+from hlo_compile.codegen.analysis.fusion_analysis import (is_race_free, is_reduction_from_or_to_contiguous_dimensions,
                                                  reduction_dimensions)
 from hlo_compile.hlo.attributes import Attribute, decode
 from hlo_compile.hlo.ir import HloComputation, HloInstruction

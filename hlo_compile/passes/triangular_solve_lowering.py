@@ -37,7 +37,7 @@ from ..hlo import HloComputation, HloInstruction, HloModule
 from ..hlo.element_types import is_complex
 from ..hlo.rewrite import insert_instructions, remove_dead, replace_instructions, take_name
 from ..hlo.shape import Shape
-from ..hlo.triangular_solve_call import (Cholesky, TriangularSolve, is_triangular_solve, parse_cholesky,
+from ..hlo.calls.triangular_solve import (Cholesky, TriangularSolve, is_triangular_solve, parse_cholesky,
                                          parse_triangular_solve)
 from .attention_math import AttentionBuilder, braces
 from .fmha_chunked import while_loop

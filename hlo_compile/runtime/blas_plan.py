@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ..hlo.errors import HloUnsupportedError
-from ..hlo.gemm_call import F8_TYPES, GemmCall
+from ..hlo.calls.gemm import F8_TYPES, GemmCall
 from ..hlo.shape import Shape
 
 ROW, COLUMN = "row", "column"

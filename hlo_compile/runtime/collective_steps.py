@@ -29,7 +29,7 @@ from ..hlo.errors import HloUnsupportedError
 from .participants import participant_of
 from .platform import Platform
 from .ragged_all_to_all import metadata_rows, ragged_result, ragged_transfers
-from .runnable import collective_refusal, reduction_kind, where
+from ..driver.runnable import collective_refusal, reduction_kind, where
 from .steps import Frame, Step
 from .values import download_value, upload_value
 

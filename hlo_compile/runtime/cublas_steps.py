@@ -19,9 +19,9 @@ import numpy as np
 
 from ..hlo import HloInstruction
 from ..hlo.errors import HloUnsupportedError
-from ..hlo.library_limits import cublaslt_refusal
-from ..hlo.gemm_call import LEGACY_GEMM, Epilogue, GemmCall, parse_gemm_call
-from ..hlo.library_targets import GEMM_TARGETS
+from ..hlo.calls.library_limits import cublaslt_refusal
+from ..hlo.calls.gemm import LEGACY_GEMM, Epilogue, GemmCall, parse_gemm_call
+from ..hlo.calls.library_targets import GEMM_TARGETS
 from .blas_plan import COLUMN, BlasPlan, MatrixLayout, blas_plan
 from .nvidia_bindings import require_binding
 from .steps import Frame, Step

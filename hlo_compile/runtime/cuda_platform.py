@@ -26,7 +26,7 @@ from ..codegen.compiler import KernelPlan, ModulePlan
 from ..hlo.errors import HloUnsupportedError
 from ..hlo.shape import Shape
 from ..options import CompileOptions
-from ..stages import Stage, StageOutput
+from ..driver.stages import Stage, StageOutput
 from .cuda import CudaDevice, CudaEvent, CudaStream, available
 from .physical import buffer_bytes, storage_dtype
 from .platform import KERNELS, Platform

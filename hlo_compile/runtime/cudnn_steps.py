@@ -12,16 +12,16 @@ activations, reversed windows, and graph capture are refused by name.
 
 Calls cuDNN does not take (``hlo/library_limits.py``: layouts other than packed NCHW/NHWC and
 KCRS/KRSC, the bias-activation forms above) are lowered to our kernels before they get here;
-the check stays as a guard. Run on an H200 (cuDNN 9, frontend 1.20) by ``tests/test_gpu_libraries.py``.
+the check stays as a guard. Run on an H200 (cuDNN 9, frontend 1.20) by ``tests/gpu/test_gpu_libraries.py``.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from ..hlo import HloInstruction, Shape
-from ..hlo.conv_call import TARGET_KINDS, ConvCall, ConvKind, parse_conv_call
+from ..hlo.calls.conv import TARGET_KINDS, ConvCall, ConvKind, parse_conv_call
 from ..hlo.errors import HloUnsupportedError
-from ..hlo.library_limits import cudnn_conv_refusal, cudnn_dims_strides
+from ..hlo.calls.library_limits import cudnn_conv_refusal, cudnn_dims_strides
 from .nvidia_bindings import require_binding
 from .platform import Platform
 from .steps import Frame, Step

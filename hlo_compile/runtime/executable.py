@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..codegen.compiler import ModulePlan
-from ..dump import DumpDirectory
+from ..driver.dump import DumpDirectory
 from ..hlo import HloInstruction, HloModule
 from ..hlo.errors import HloUnsupportedError
 from ..hlo.shape import Shape
 from ..options import CompileOptions
-from ..pipeline import PipelineResult, run_pipeline
-from ..stages import Stage, StageOutput
+from ..driver.pipeline import PipelineResult, run_pipeline
+from ..driver.stages import Stage, StageOutput
 from .cuda_platform import CudaPlatform
 from .host_platform import HostPlatform
 from .platform import KERNELS, Platform

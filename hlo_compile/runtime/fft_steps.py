@@ -21,7 +21,7 @@ import numpy as np
 from ..hlo import HloInstruction
 from ..hlo.dtypes import numpy_dtype
 from ..hlo.errors import HloUnsupportedError
-from ..hlo.fft_call import FftCall, parse_fft
+from ..hlo.calls.fft import FftCall, parse_fft
 from ..hlo.shape import Shape
 from .nvidia_bindings import require_binding
 from .steps import Frame, Step

@@ -14,7 +14,7 @@ import numpy as np
 from ..codegen.compiler import KernelPlan, ModulePlan
 from ..hlo.shape import Shape
 from ..options import CompileOptions
-from ..stages import Stage, StageEnv, StageOutput
+from ..driver.stages import Stage, StageEnv, StageOutput
 from ..targets.host import compile_host_kernel
 from .physical import buffer_bytes, storage_dtype
 from .platform import KERNELS, Platform

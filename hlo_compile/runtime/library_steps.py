@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..hlo import HloInstruction
-from ..hlo.library_targets import library_family
+from ..hlo.calls.library_targets import library_family
 from . import cublas_steps, cudnn_steps
 from .nvidia_bindings import binding_missing
-from .runnable import unsupported
+from ..driver.runnable import unsupported
 from .steps import Step
 
 LIBRARY_STEPS: dict[str, Callable[[HloInstruction, Any], Step]] = {**cublas_steps.STEPS, **cudnn_steps.STEPS}

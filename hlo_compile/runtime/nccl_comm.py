@@ -72,7 +72,7 @@ from ..hlo.shape import Shape
 from .participants import Communicator
 from .physical import buffer_bytes, storage_dtype
 from .ragged_all_to_all import metadata_rows, ragged_transfers
-from .runnable import reduction_kind, where
+from ..driver.runnable import reduction_kind, where
 from .values import Buffer, download_value, upload_value
 
 NCCL_OPS = {"add": "SUM", "multiply": "PROD", "maximum": "MAX", "minimum": "MIN", "and": "MIN", "or": "MAX"}

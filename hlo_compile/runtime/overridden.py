@@ -1,4 +1,4 @@
-"""Compiling a module with overrides (``hlo_compile/overrides.py``: which files replace which
+"""Compiling a module with overrides (``hlo_compile/driver/overrides.py``: which files replace which
 kernel's IR or PTX): the host platform's kernel stage for overridden IR, and
 ``compile_executable`` with a module's overrides in place. Kept in the runtime layer so that
 ``overrides.py`` stays below the driver and the platforms."""
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..overrides import ModuleOverrides, OverrideError, OverrideSpec, check_ir, host_ir
+from ..driver.overrides import ModuleOverrides, OverrideError, OverrideSpec, check_ir, host_ir
 
 if TYPE_CHECKING:
     from ..codegen.compiler import ModulePlan
@@ -18,7 +18,7 @@ def host_kernels(platform: Any, options: Any, plan: ModulePlan, overrides: Modul
     translated (``host_ir``) and JIT-compiled with the driver our own kernel would get."""
     import time
 
-    from ..stages import StageOutput
+    from ..driver.stages import StageOutput
     if not overrides:
         return platform.compile_kernels(options, plan)
     from ..targets.host import HostTarget, NeedsSync
@@ -57,10 +57,10 @@ def compile_executable(module: HloModule, platform: str, options: Any, spec: Ove
     ``module_index``."""
     import time
 
-    from ..pipeline import run_pipeline
+    from ..driver.pipeline import run_pipeline
     from .executable import PROGRAMS, Executable, make_platform, programs_stage
     from .platform import KERNELS
-    from ..stages import Stage
+    from ..driver.stages import Stage
     t0 = time.perf_counter()
     p = make_platform(platform)
     options = p.compile_options(options)

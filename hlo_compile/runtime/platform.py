@@ -21,7 +21,7 @@ import numpy as np
 from ..codegen.compiler import KernelPlan
 from ..hlo.shape import Shape
 from ..options import CompileOptions
-from ..stages import Stage
+from ..driver.stages import Stage
 
 KERNELS = "kernels"  # the name of the stage whose artifact is {fusion name: compiled kernel}
 

@@ -17,7 +17,7 @@ from .control_flow import Conditional, While
 from .fft_steps import fft_step
 from .library_steps import library_step
 from .platform import Platform
-from .runnable import STEP_KINDS, unsupported
+from ..driver.runnable import STEP_KINDS, unsupported
 from .steps import (Bitcast, Constant, Frame, GetTupleElement, KernelLaunch, MakeTuple, Parameter, PassThrough,
                     Resources, Step, settle)
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..hlo import HloInstruction
 from ..hlo.errors import HloUnsupportedError
-from .runnable import where
+from ..driver.runnable import where
 
 INPUT_OFFSETS, SEND_SIZES, OUTPUT_OFFSETS, RECV_SIZES = range(4)
 

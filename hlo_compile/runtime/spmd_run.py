@@ -129,7 +129,7 @@ def compile_participant(text: str, options: Any, platform: Any) -> Any:
     persistent cache the launching process filled (``warm_cache``), so only the passes, the
     PTX and loading run again here."""
     from ..hlo import parse_module
-    from ..kernel_cache import KernelCache, default_cache_dir
+    from ..driver.kernel_cache import KernelCache, default_cache_dir
     from .executable import compile_executable
     return compile_executable(parse_module(text), platform, options, cache=KernelCache(default_cache_dir()))
 
@@ -140,9 +140,9 @@ def warm_cache(module: HloModule, options: Any) -> Any:
     are made as ``CudaPlatform.compile_options`` makes them for GPU 0's arch, without a
     context here. The options the processes use (their own GPU's arch decides in the end: a
     process on another kind of GPU compiles for it, missing the cache)."""
-    from ..kernel_cache import KernelCache, default_cache_dir
+    from ..driver.kernel_cache import KernelCache, default_cache_dir
     from ..options import CompileOptions
-    from ..pipeline import run_pipeline
+    from ..driver.pipeline import run_pipeline
     from .cuda_platform import cuda_compile_options
     from .nccl_comm import gpu_arch
     opts = cuda_compile_options(options or CompileOptions(), gpu_arch(0))

@@ -17,9 +17,9 @@ from typing import Callable
 from llvmlite import ir
 
 from ...hlo import HloInstruction
-from ..device_info import DeviceInfo
-from ..emitter_kind import EmitterKind
-from ..fusion_analysis import FusionAnalysis
+from ...gpu.device_info import DeviceInfo
+from ..analysis.emitter_kind import EmitterKind
+from ..analysis.fusion_analysis import FusionAnalysis
 from ..kernel import KernelSpec
 from ..target import Target
 from . import loop

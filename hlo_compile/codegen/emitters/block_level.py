@@ -41,15 +41,15 @@ from ...hlo import HloInstruction
 from ...hlo.opcodes import ELEMENTWISE
 from ...indexing import affine as A
 from ...passes.custom_fusions import BlockLevelTiling, TiledReduce, block_level_tiling
-from ..affine_emitter import AffineEmitter
-from ..device_info import DeviceInfo
-from ..elemental_ops import emit_call_computation
-from ..fusion_analysis import FusionAnalysis
-from ..index_op_table import INDEX_OPS
+from ..elemental.affine import AffineEmitter
+from ...gpu.device_info import DeviceInfo
+from ..elemental.scalar_ops import emit_call_computation
+from ..analysis.fusion_analysis import FusionAnalysis
+from ..elemental.index_op_table import INDEX_OPS
 from ..kernel import Declined, Kernel, KernelSpec, kernel_index_type, open_kernel, output_leaves
 from ..kernel_builder import KernelBuilder
 from ..llvm_types import I8, I32, compute_type, from_storage, is_complex, storage_bytes, storage_type, to_storage
-from ..partitioner import partition
+from ..elemental.partitioner import partition
 from ..target import LaunchDims, Target
 from .reduction.emitter import shared_type, shuffle_down, storage_bytes_of
 

@@ -27,15 +27,15 @@ from ...hlo import HloInstruction
 from ...indexing.indexing_map import IndexingMap, compose
 from ...indexing.layout_maps import linear_index_map
 from ...indexing.simplifier import simplify
-from ..affine_emitter import AffineEmitter
-from ..device_info import DeviceInfo
-from ..fusion_analysis import FusionAnalysis, is_elementwise
+from ..elemental.affine import AffineEmitter
+from ...gpu.device_info import DeviceInfo
+from ..analysis.fusion_analysis import FusionAnalysis, is_elementwise
 from ..kernel_builder import NO_WRAP
 from ..kernel import Declined, KernelSpec, kernel_index_type, open_kernel, output_leaves
 from ..launch import LoopConfig, loop_fusion_config, loop_launch_dims, thread_to_output_map
-from ..partitioner import partition
+from ..elemental.partitioner import partition
 from ..target import Target
-from ..thread_maps import WORK_ITEM_DIM_NAMES
+from ..model.thread_maps import WORK_ITEM_DIM_NAMES
 
 
 @dataclass(frozen=True, kw_only=True)

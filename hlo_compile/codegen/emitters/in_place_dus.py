@@ -23,14 +23,14 @@ from ...hlo.tiling import physical_size
 from ...indexing.indexing_map import IndexingMap, compose
 from ...indexing.layout_maps import linear_index_map
 from ...indexing.simplifier import simplify
-from ..affine_emitter import AffineEmitter
-from ..device_info import DeviceInfo
-from ..fusion_analysis import FusionAnalysis
-from ..index_ops import start_index
+from ..elemental.affine import AffineEmitter
+from ...gpu.device_info import DeviceInfo
+from ..analysis.fusion_analysis import FusionAnalysis
+from ..elemental.index_ops import start_index
 from ..kernel_builder import NO_WRAP
 from ..kernel import Declined, KernelSpec, kernel_index_type, open_kernel, output_leaves
 from ..launch import loop_fusion_config, thread_to_output_map
-from ..partitioner import partition
+from ..elemental.partitioner import partition
 from ..target import Target
 
 

@@ -26,18 +26,18 @@ from ...indexing.indexing_map import IndexingMap, compose
 from ...indexing.layout_maps import linear_index_map
 from ...indexing.op_maps import output_to_input
 from ...indexing.simplifier import simplify
-from ..affine_emitter import AffineEmitter
-from ..device_info import DeviceInfo
-from ..emitter_kind import EmitterKind
-from ..fused_emitter import FusedEmitter
-from ..fusion_analysis import FusionAnalysis
+from ..elemental.affine import AffineEmitter
+from ...gpu.device_info import DeviceInfo
+from ..analysis.emitter_kind import EmitterKind
+from ..elemental.fused_emitter import FusedEmitter
+from ..analysis.fusion_analysis import FusionAnalysis
 from ..kernel import KernelSpec, kernel_index_type, open_kernel, output_leaves, root_per_leaf
 from ..kernel_builder import KernelBuilder
 from ..launch import loop_fusion_config, thread_to_output_map
 from ..llvm_types import I32
-from ..partitioner import fusion_roots, partition
+from ..elemental.partitioner import fusion_roots, partition
 from ..target import LaunchDims, Target
-from ..thread_maps import on_work_items
+from ..model.thread_maps import on_work_items
 
 
 @dataclass(frozen=True, kw_only=True)

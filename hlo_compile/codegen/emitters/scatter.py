@@ -43,16 +43,16 @@ from llvmlite import ir
 from ...hlo import HloInstruction
 from ...hlo.errors import HloUnsupportedError
 from ...indexing.indexing_map import IndexingMap
-from ..affine_emitter import AffineEmitter
-from ..device_info import DeviceInfo
-from ..elemental_ops import emit_call_computation
-from ..fused_emitter import FusedEmitter
-from ..fusion_analysis import FusionAnalysis
+from ..elemental.affine import AffineEmitter
+from ...gpu.device_info import DeviceInfo
+from ..elemental.scalar_ops import emit_call_computation
+from ..elemental.fused_emitter import FusedEmitter
+from ..analysis.fusion_analysis import FusionAnalysis
 from ..kernel import KernelSpec, kernel_index_type, open_kernel
 from ..kernel_builder import KernelBuilder
 from ..launch import LoopConfig, loop_launch_dims, thread_to_output_map
 from ..llvm_types import I32, I64, from_storage, storage_type, to_storage
-from ..partitioner import partition
+from ..elemental.partitioner import partition
 from ..target import LaunchDims, Target
 
 _RMW_OPS = {"add": ("fadd", "add", "add"), "maximum": (None, "max", "umax"), "minimum": (None, "min", "umin")}

@@ -43,7 +43,7 @@ MATH_FUNCTIONS: dict[str, int] = {
 }
 
 # Tensor cores: mma.m16n8k16 with bf16 (and f16) inputs and f32 accumulators needs sm_80.
-# LLVM 22's NVVM intrinsics (checked through compile_to_ptx, see tests/test_dot_mma.py):
+# LLVM 22's NVVM intrinsics (checked through compile_to_ptx, see tests/codegen/test_dot_mma.py):
 #   {float x4} @llvm.nvvm.mma.m16n8k16.row.col.bf16(i32 a0..a3, i32 b0, b1, float c0..c3)
 #   {float x4} @llvm.nvvm.mma.m16n8k16.row.col.f32.f32(<2 x half> a0..a3, <2 x half> b0, b1, float c0..c3)
 #   {i32 x4} @llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16(ptr addrspace(3))

@@ -109,7 +109,7 @@ def pathfinder_wheel_libdevice() -> Path | None:
     site-packages directories, its order of folders and directories, the path resolved), without
     importing it: importing cuda-pathfinder costs ~25 ms of every start-up, warm ones
     included (issue 17). None where no wheel has it (or cuda-pathfinder is not installed):
-    cuda-pathfinder then searches itself (Conda, ``$CUDA_PATH``...). ``tests/test_start_up.py``
+    cuda-pathfinder then searches itself (Conda, ``$CUDA_PATH``...). ``tests/driver/test_start_up.py``
     checks the two agree."""
     try:
         if importlib.util.find_spec("cuda.pathfinder") is None:

@@ -35,12 +35,12 @@ from llvmlite import ir
 from ....hlo import HloInstruction
 from ....indexing import affine as A
 from ....indexing.indexing_map import IndexingMap
-from ...device_info import DeviceInfo
-from ...fusion_analysis import FusionAnalysis, conv_hero
+from ....gpu.device_info import DeviceInfo
+from ...analysis.fusion_analysis import FusionAnalysis, conv_hero
 from ...kernel import KernelSpec, open_kernel
 from ...llvm_types import compute_type
 from ...target import Target
-from ...thread_maps import expr_delinearize, work_item_map
+from ...model.thread_maps import expr_delinearize, work_item_map
 from .tiles import (BK, BM, BN, MAX_GRID_YZ, MIN_MN, MIN_WORK, NUM_THREADS, RM, RN, TX, TY, bounds,
                     emit_tiled_mainloop, gemm_hero, gemm_plan, gemm_refusal, load_or_zero, output_element,
                     staged_element, staged_slots, store_epilogue)

@@ -44,9 +44,9 @@ from typing import Callable
 from llvmlite import ir
 
 from ....hlo import HloInstruction
-from ...device_info import DeviceInfo
-from ...fusion_analysis import FusionAnalysis, dot_hero
-from ...hero_search import dot_epilogue_chain
+from ....gpu.device_info import DeviceInfo
+from ...analysis.fusion_analysis import FusionAnalysis, dot_hero
+from ...analysis.hero_search import dot_epilogue_chain
 from ...kernel import Declined, kernel_index_type
 from ...target import Target
 from .dot_config import DotTiling, dot_tiling

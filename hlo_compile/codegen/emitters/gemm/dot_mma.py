@@ -40,14 +40,14 @@ Layouts (PTX ISA, "Matrix fragments for mma.m16n8k16 with floating point type" a
   (``acc_position``).
 
 The index maps (``mma_layout.py``) are plain functions of ``lane``/``warp``; the emitter
-evaluates them on IR values (``_Ix``) and ``tests/test_dot_mma.py`` on integers in a numpy
+evaluates them on IR values (``_Ix``) and ``tests/codegen/test_dot_mma.py`` on integers in a numpy
 model of ``ldmatrix`` and ``mma``, so the model checks the very arithmetic the kernel runs.
 """
 from __future__ import annotations
 
 from llvmlite import ir
 
-from ...elemental_convert import emit_convert
+from ...elemental.convert import emit_convert
 from ...llvm_types import BFLOAT, F16, F32, I16, I32, compute_type
 from ...target import Target
 from .dot_spec import DotKernelSpec

@@ -10,7 +10,7 @@ from ....hlo import HloInstruction
 from ....indexing import affine as A
 from ....indexing.indexing_map import IndexingMap
 from ...kernel import KernelSpec
-from ...thread_maps import expr_delinearize, work_item_map
+from ...model.thread_maps import expr_delinearize, work_item_map
 from .dot_config import DotTiling
 from .dot_staging import OperandStaging
 from .mma_layout import (MMA_M, MMA_N, MMA_SHARED_BYTES, MMA_TYPES, SMEM_STRIDE, TILES_M, TILES_N, WARP_SIZE,

@@ -12,7 +12,7 @@ from ...kernel import open_kernel
 from ...llvm_types import I8, compute_type, from_storage, storage_bytes, storage_type, to_storage
 from ...target import Target
 from .dot_spec import DotKernelSpec
-from ...elemental_convert import emit_convert
+from ...elemental.convert import emit_convert
 from .dot_config import epilogue_index
 from .dot_staging import OperandStaging, slots_per_thread
 from .tiles import (BK, BM, BN, NUM_THREADS, RM, RN, TX, TY, bounds, emit_tiled_mainloop, load_or_zero,

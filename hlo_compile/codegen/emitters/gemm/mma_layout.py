@@ -3,7 +3,7 @@ constants and the index maps between lanes and fragment elements.
 
 The maps are plain functions of ``lane``/``warp``: the emitter (``dot_mma.py``) evaluates them
 on IR values, the dot spec's thread -> output map on affine expressions and
-``tests/test_dot_mma.py`` on integers in a numpy model of ``ldmatrix`` and ``mma``, so the
+``tests/codegen/test_dot_mma.py`` on integers in a numpy model of ``ldmatrix`` and ``mma``, so the
 model checks the very arithmetic the kernel runs. ``dot_mma.py`` spells out the PTX ISA's
 fragment layouts they follow.
 """

@@ -14,14 +14,14 @@ from llvmlite import ir
 
 from ....hlo import HloInstruction
 from ....indexing import affine as A
-from ...elemental_contraction import accumulation_type
-from ...elemental_convert import emit_convert
-from ...fused_emitter import FusedEmitter
-from ...fusion_analysis import bits_of
+from ...elemental.contraction import accumulation_type
+from ...elemental.convert import emit_convert
+from ...elemental.fused_emitter import FusedEmitter
+from ...analysis.fusion_analysis import bits_of
 from ...kernel import Declined, kernel_index_type, output_leaves
 from ...kernel_builder import KernelBuilder
 from ...llvm_types import compute_type
-from ...partitioner import partition
+from ...elemental.partitioner import partition
 from ...target import LaunchDims, Target
 
 BM, BN, BK = 64, 64, 16

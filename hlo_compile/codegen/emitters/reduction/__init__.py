@@ -21,12 +21,12 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ....hlo import HloInstruction
-from ...device_info import DeviceInfo
-from ...emitter_kind import ReductionVariant
-from ...fusion_analysis import (FusionAnalysis, find_hero, fusion_roots, is_race_free, is_real_reduction_hero,
+from ....gpu.device_info import DeviceInfo
+from ...analysis.emitter_kind import ReductionVariant
+from ...analysis.fusion_analysis import (FusionAnalysis, find_hero, fusion_roots, is_race_free, is_real_reduction_hero,
                                 reduction_dimensions)
 from ...kernel import Declined, kernel_index_type
-from ...partitioner import partition
+from ...elemental.partitioner import partition
 from ...target import LaunchDims, Target
 from .column import COLUMN
 from .grouping import group_disjoint_reductions

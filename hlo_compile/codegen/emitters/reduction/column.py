@@ -16,8 +16,8 @@ import math
 from llvmlite import ir
 
 from ....indexing import affine as A
-from ...emitter_kind import ReductionVariant
-from ...fusion_analysis import FusionAnalysis, ReductionDimensions
+from ...analysis.emitter_kind import ReductionVariant
+from ...analysis.fusion_analysis import FusionAnalysis, ReductionDimensions
 from ...target import Target
 from .emitter import WARP, ReductionEmitter, normalized_linear
 from .spec import ReductionKernelSpec, ReductionPath, VectorSizeFn

@@ -17,9 +17,9 @@ from llvmlite import ir
 
 from ....hlo import HloInstruction
 from ....hlo.opcodes import ELEMENTWISE
-from ...elemental_ops import emit_call_computation
-from ...fusion_analysis import ReductionDimensions
-from ...index_op_table import INDEX_OPS
+from ...elemental.scalar_ops import emit_call_computation
+from ...analysis.fusion_analysis import ReductionDimensions
+from ...elemental.index_op_table import INDEX_OPS
 from ...kernel import open_kernel
 from ...kernel_builder import NO_WRAP, KernelBuilder
 from ...llvm_types import I8, I32, from_storage, storage_bytes, storage_type

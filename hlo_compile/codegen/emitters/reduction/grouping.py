@@ -3,7 +3,7 @@ computation are reduced by different blocks, one group per ``blockIdx.z``."""
 from __future__ import annotations
 
 from ....hlo import HloInstruction
-from ...fusion_analysis import find_hero
+from ...analysis.fusion_analysis import find_hero
 
 
 def _broadcasted_constant_or_scalar(inst: HloInstruction) -> bool:

@@ -19,8 +19,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ....indexing import affine as A
-from ...emitter_kind import ReductionVariant
-from ...fusion_analysis import FusionAnalysis, ReductionDimensions, multi_row_vector_size
+from ...analysis.emitter_kind import ReductionVariant
+from ...analysis.fusion_analysis import FusionAnalysis, ReductionDimensions, multi_row_vector_size
 from ...target import Target
 from .emitter import WARP, ReductionEmitter, normalized_linear
 from .spec import ReductionKernelSpec, ReductionPath, VectorSizeFn

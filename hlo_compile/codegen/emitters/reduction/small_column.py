@@ -21,8 +21,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ....indexing import affine as A
-from ...emitter_kind import ReductionVariant
-from ...fusion_analysis import FusionAnalysis, ReductionDimensions
+from ...analysis.emitter_kind import ReductionVariant
+from ...analysis.fusion_analysis import FusionAnalysis, ReductionDimensions
 from ...target import Target
 from .emitter import WARP, ReductionEmitter
 from .spec import ReductionKernelSpec, ReductionPath, VectorSizeFn

@@ -35,12 +35,12 @@ from ....hlo import HloInstruction
 from ....indexing import affine as A
 from ... import launch_limits
 from ....indexing.indexing_map import IndexingMap
-from ...emitter_kind import ReductionVariant
-from ...fusion_analysis import FusionAnalysis, ReductionDimensions, find_hero
+from ...analysis.emitter_kind import ReductionVariant
+from ...analysis.fusion_analysis import FusionAnalysis, ReductionDimensions, find_hero
 from ...kernel import KernelSpec, output_leaves
 from ...llvm_types import storage_bytes
 from ...target import Target
-from ...thread_maps import expr_delinearize, expr_linearize, work_item_map
+from ...model.thread_maps import expr_delinearize, expr_linearize, work_item_map
 
 
 VectorSizeFn = Callable[[int, int], int]   # XLA's GetVectorSizeForMlir(minor dim, threads)

@@ -52,9 +52,9 @@ from typing import Callable
 from llvmlite import ir
 
 from ....hlo import HloInstruction
-from ...device_info import DeviceInfo
+from ....gpu.device_info import DeviceInfo
 from ...errors import unsupported
-from ...fusion_analysis import FusionAnalysis
+from ...analysis.fusion_analysis import FusionAnalysis
 from ...kernel import Declined, KernelSpec
 from ...target import Target
 from .bitonic import BitonicSortKernelSpec, emit_bitonic_sort, plan_bitonic_sort

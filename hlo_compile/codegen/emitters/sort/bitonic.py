@@ -65,15 +65,15 @@ from llvmlite import ir
 from ....hlo import HloInstruction
 from ....indexing import affine as A
 from ....indexing.indexing_map import IndexingMap
-from ...device_info import DeviceInfo
-from ...fused_emitter import FusedEmitter
+from ....gpu.device_info import DeviceInfo
+from ...elemental.fused_emitter import FusedEmitter
 from ...kernel import Declined, KernelSpec, kernel_index_type, open_kernel, output_leaves
 from ...kernel_builder import KernelBuilder
 from ...launch import split_grid
 from ...llvm_types import I32, UnsupportedElementType, from_storage, storage_bytes, storage_type, to_storage
-from ...partitioner import partition
+from ...elemental.partitioner import partition
 from ...target import LaunchDims, Target
-from ...thread_maps import expr_delinearize, work_item_map
+from ...model.thread_maps import expr_delinearize, work_item_map
 from .common import SortAlgorithm, comparator_before, store_at_position
 
 BITONIC_MIN_ROW = 2          # shorter rows (of one element) stay with the rank kernel

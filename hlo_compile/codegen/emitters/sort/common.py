@@ -9,9 +9,9 @@ from llvmlite import ir
 
 from ....hlo import HloInstruction
 from ....hlo.shape import Shape
-from ...elemental_ops import emit_call_computation
+from ...elemental.scalar_ops import emit_call_computation
 from ...errors import unsupported
-from ...fused_emitter import FusedEmitter
+from ...elemental.fused_emitter import FusedEmitter
 from ...llvm_types import I1
 from ...target import Target
 

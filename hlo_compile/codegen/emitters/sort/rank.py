@@ -13,16 +13,16 @@ from llvmlite import ir
 from ....hlo import HloInstruction
 from ....indexing import affine as A
 from ....indexing.indexing_map import IndexingMap
-from ...device_info import DeviceInfo
-from ...elemental_arith import total_order_key
-from ...fused_emitter import FusedEmitter
+from ....gpu.device_info import DeviceInfo
+from ...elemental.arith import total_order_key
+from ...elemental.fused_emitter import FusedEmitter
 from ...kernel import KernelSpec, kernel_index_type, open_kernel, output_leaves
 from ...kernel_builder import KernelBuilder
 from ...launch import loop_launch_dims
 from ...llvm_types import I1, storage_type
-from ...partitioner import partition
+from ...elemental.partitioner import partition
 from ...target import Target
-from ...thread_maps import expr_delinearize, work_item_map
+from ...model.thread_maps import expr_delinearize, work_item_map
 from .common import SortAlgorithm, comparator_before, store_at_position
 
 

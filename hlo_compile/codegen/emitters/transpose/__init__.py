@@ -15,9 +15,9 @@ from typing import Callable
 from llvmlite import ir
 
 from ....hlo import HloInstruction
-from ...device_info import DeviceInfo
-from ...emitter_kind import TransposeVariant
-from ...fusion_analysis import FusionAnalysis, is_elementwise, transpose_description
+from ....gpu.device_info import DeviceInfo
+from ...analysis.emitter_kind import TransposeVariant
+from ...analysis.fusion_analysis import FusionAnalysis, is_elementwise, transpose_description
 from ...kernel import Declined, KernelSpec, output_leaves
 from ...target import Target
 from .common import OutputLeaf

@@ -20,7 +20,7 @@ from llvmlite import ir
 
 from ....hlo import HloInstruction
 from ....hlo.shape import Shape
-from ...fused_emitter import FusedEmitter
+from ...elemental.fused_emitter import FusedEmitter
 from ...kernel_builder import KernelBuilder
 from ...llvm_types import from_storage, storage_type, to_storage
 

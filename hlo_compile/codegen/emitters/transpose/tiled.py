@@ -44,15 +44,15 @@ from llvmlite import ir
 from ....hlo import HloInstruction
 from ....indexing import affine as A
 from ....indexing.indexing_map import IndexingMap
-from ...device_info import DeviceInfo
-from ...emitter_kind import TransposeVariant
-from ...fusion_analysis import FusionAnalysis, bits_of
+from ....gpu.device_info import DeviceInfo
+from ...analysis.emitter_kind import TransposeVariant
+from ...analysis.fusion_analysis import FusionAnalysis, bits_of
 from ...kernel import KernelSpec, kernel_index_type, open_kernel
 from ...kernel_builder import NO_WRAP
 from ...llvm_types import from_storage, storage_type, to_storage
-from ...partitioner import partition
+from ...elemental.partitioner import partition
 from ...target import LaunchDims, Target
-from ...thread_maps import expr_delinearize, expr_linearize, work_item_map
+from ...model.thread_maps import expr_delinearize, expr_linearize, work_item_map
 from .common import (OutputLeaf, VectorLoads, leaf_value, maps_report_lines, reshape_index, store_value,
                      to_operand_order)
 from .tiling import NUM_THREADS, TILE, TransposeTiling
