@@ -24,7 +24,8 @@ from ..hlo.unbounded import refuse_unbounded_dimensions
 from ..options import CompileOptions
 from ..passes import run_passes
 from ..passes.prepare_control_flow import executed_computations
-from ..gpu.device_info import DeviceInfo, device_for_arch
+from ..gpu.archs import device_for_arch
+from ..gpu.device_info import DeviceInfo
 from .analysis.emitter_kind import EmitterKind
 from .emitters import EMITTERS, EMPTY_KERNEL, Emitter
 from .emitters.loop import plan_loop_instead

@@ -4,7 +4,7 @@ XLA reads these numbers from ``se::DeviceDescription`` and ships deviceless spec
 under ``xla/tools/hlo_opt/gpu_specs/*.txtpb``; the H100 SXM and A100 values below are those
 specs' values. Launch heuristics depend on them (the loop emitter unrolls only when a fusion
 has at least ``threads_per_core_limit * core_count`` elements; the multi-row reduction wants
-at least ``core_count`` blocks), so compiling for an ``--arch`` picks the matching device.
+at least ``core_count`` blocks), so compiling for an ``--arch`` picks the matching device (``archs.ARCHS``).
 
 The cost model (``perf_model.py``) reads the rest: DRAM bandwidth, L1/L2 sizes, the clock,
 FP32 lanes and tensor-core rates (NVIDIA's datasheet figures for the SXM parts, dense), the
@@ -102,27 +102,6 @@ B200 = DeviceInfo(
     name="NVIDIA B200", arch="sm_100", core_count=148, threads_per_core_limit=2048,
     shared_memory_per_block_optin=232448, shared_memory_per_core=233472)
 
-_BY_ARCH: dict[str, DeviceInfo] = {
-    "sm_90": H100_SXM, "sm_90a": replace(H100_SXM, arch="sm_90a"),
-    "sm_80": A100_SXM,
-    "sm_86": replace(A100_SXM, name="A100-like (sm_86)", arch="sm_86"),
-    "sm_89": replace(A100_SXM, name="A100-like (sm_89)", arch="sm_89"),
-    "sm_100": B200, "sm_100a": replace(B200, arch="sm_100a"),
-}
-
-
-def device_for_arch(arch: str) -> DeviceInfo:
-    """The device whose heuristics apply when compiling for ``arch`` (e.g. ``"sm_90"``).
-
-    sm_90/sm_90a are H100 SXM; sm_80/sm_86/sm_89 use A100 numbers; sm_100/sm_100a B200's.
-    """
-    key = arch.strip().lower()
-    if key not in _BY_ARCH:
-        known = ", ".join(sorted(_BY_ARCH))
-        raise ValueError(f"unknown GPU architecture '{arch}'; known: {known}")
-    return _BY_ARCH[key]
-
-
 _BY_NAME: dict[str, DeviceInfo] = {"a100": A100_SXM, "h100": H100_SXM, "h200": H200_SXM, "b200": B200}
 
 
@@ -137,8 +116,3 @@ def device_named(name: str) -> DeviceInfo:
 def known_devices() -> list[str]:
     """The names ``device_named`` accepts."""
     return list(_BY_NAME)
-
-
-def known_archs() -> list[str]:
-    """The architectures with device constants (``sm_80``, ...)."""
-    return sorted(_BY_ARCH)

@@ -42,7 +42,7 @@ from .shape import Shape
 _MAX_TUPLE_DEPTH = 64
 
 # Terminals accepted in the parser states the fast path goes through (from the LALR table of
-# grammars/hlo.lark; a terminal listed here that the state does not accept only makes the
+# hlo_compile/grammars/hlo.lark; a terminal listed here that the state does not accept only makes the
 # fast path decline where Lark would fail anyway).
 _START = frozenset({"INSTR_HEAD", "BUFFER_OPEN", "CONSTANT", "SHAPE", "OPCALL", "STACK_FRAMES", "NAME",
                     "HLOMODULE", "ENTRY", "ROOT", "LPAR"})

@@ -1,4 +1,4 @@
-"""Loads ``grammars/hlo.lark`` (shipped as ``hlo_compile.grammars``) and builds the LALR parser.
+"""Loads ``hlo_compile/grammars/hlo.lark`` (shipped as ``hlo_compile.grammars``) and builds the LALR parser.
 
 The grammar file marks a few terminals as ``/@NAME@/`` placeholders: their regexes
 (balanced ``{...}``/``(...)`` blocks, the element-type alternation) are generated here so the
@@ -72,13 +72,11 @@ def placeholder_regexes() -> dict[str, str]:
 
 
 def grammar_path() -> Path:
-    """``hlo_compile/grammars/hlo.lark`` in an installed wheel, ``grammars/hlo.lark`` in a checkout."""
-    package = Path(__file__).resolve().parents[1]
-    for candidate in (package / "grammars" / "hlo.lark", package.parent / "grammars" / "hlo.lark"):
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(f"the HLO grammar hlo.lark is missing (looked in {package / 'grammars'} "
-                            f"and {package.parent / 'grammars'}); reinstall hlo-compile")
+    """``hlo_compile/grammars/hlo.lark`` (package data, in a checkout and in a wheel)."""
+    path = Path(__file__).resolve().parents[1] / "grammars" / "hlo.lark"
+    if not path.is_file():
+        raise FileNotFoundError(f"the HLO grammar is missing ({path}); reinstall hlo-compile")
+    return path
 
 
 def grammar_text() -> str:

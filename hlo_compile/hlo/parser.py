@@ -1,6 +1,6 @@
 """HLO text → IR.
 
-Lark (LALR, contextual lexer, grammar in ``grammars/hlo.lark``) runs the transformer below
+Lark (LALR, contextual lexer, grammar in ``hlo_compile/grammars/hlo.lark``) runs the transformer below
 while it parses, so no parse tree is built: rules turn straight into small records
 (``records.py``). In front of it, a hand-written fast path (``fast_path.py``) reads common
 modules into the very same records, or declines and leaves the text to Lark, so every syntax

@@ -19,7 +19,7 @@ intermediate tuple is taken apart with get-tuple-element). Reduces whose operand
 has a non-default layout, or that are not "from or to contiguous dimensions", are left
 alone. Like XLA, this relies on the init value being an identity of the reducer.
 
-What is race-free comes from the code generator's fusion analysis (``codegen/fusion_analysis``,
+What is race-free comes from ``gpu/reductions.py`` (shared with the code generator's fusion analysis,
 XLA's ``is_race_free``), for the device the module is compiled for.
 """
 from __future__ import annotations
@@ -27,8 +27,8 @@ from __future__ import annotations
 import math
 
 from hlo_compile.gpu.device_info import DeviceInfo
-from hlo_compile.codegen.analysis.fusion_analysis import (is_race_free, is_reduction_from_or_to_contiguous_dimensions,
-                                                 reduction_dimensions)
+from hlo_compile.gpu.reductions import (is_race_free, is_reduction_from_or_to_contiguous_dimensions,
+                                       reduction_dimensions)
 from hlo_compile.hlo.attributes import Attribute, decode
 from hlo_compile.hlo.ir import HloComputation, HloInstruction
 from hlo_compile.hlo.rewrite import (NameScope, Target, computation_of, insert_instructions, module_of,

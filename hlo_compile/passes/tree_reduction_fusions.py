@@ -22,8 +22,9 @@ The split changes the order of the summation, as XLA's does.
 """
 from __future__ import annotations
 
-from hlo_compile.gpu.device_info import DeviceInfo, device_for_arch
-from hlo_compile.codegen.analysis.fusion_analysis import reduction_dimensions
+from hlo_compile.gpu.archs import device_for_arch
+from hlo_compile.gpu.device_info import DeviceInfo
+from hlo_compile.gpu.reductions import reduction_dimensions
 from hlo_compile.hlo.ir import HloComputation, HloInstruction, HloModule, clone_instruction
 from hlo_compile.hlo.rewrite import (NameScope, add_computation, control_predecessors, insert_instructions,
                                      new_instruction, remove_computations, remove_instructions, replace_instructions,

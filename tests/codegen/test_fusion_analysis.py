@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import hlo_compile
-from hlo_compile.gpu.device_info import device_for_arch
+from hlo_compile.gpu.archs import device_for_arch
 from hlo_compile.codegen.analysis.fusion_analysis import (analyze_fusion, find_hero, fusion_roots, is_real_reduction_hero,
                                                  reduction_dimensions, transpose_description)
 from hlo_compile.passes.wrap_fusions import wrap_entry_as_fusion

@@ -7,7 +7,7 @@ from itertools import product
 import pytest
 
 import hlo_compile
-from hlo_compile.gpu.device_info import device_for_arch
+from hlo_compile.gpu.archs import device_for_arch
 from hlo_compile.codegen.analysis.fusion_analysis import analyze_fusion
 from hlo_compile.codegen.launch import LoopConfig, loop_fusion_config, loop_launch_dims, thread_to_output_map
 from hlo_compile.codegen.target import LaunchDims

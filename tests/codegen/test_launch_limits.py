@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from hlo_compile import parse_module
-from hlo_compile.gpu import device_info
+from hlo_compile.gpu import archs
 from hlo_compile.codegen.compiler import plan_module
 from hlo_compile.gpu.device_info import A100_SXM, H100_SXM
 from hlo_compile.codegen.launch_limits import (LaunchLimitError, block_registers, check_plan, launch_violations,
@@ -96,7 +96,7 @@ def test_hlo_compile_refuses_at_plan_time(monkeypatch):
     hlo-compile says so (exit 2, the kernel named, no traceback) at --emit=fusions."""
     from hlo_compile.cli.compile import main
     small = replace(H100_SXM, threads_per_block_limit=64)
-    monkeypatch.setitem(device_info._BY_ARCH, "sm_90", small)
+    monkeypatch.setitem(archs.ARCHS, "sm_90", replace(archs.ARCHS["sm_90"], device=small))
     r = CliRunner().invoke(main, [str(GELU), "--emit=fusions", "--arch", "sm_90"])
     assert r.exit_code == 2, r.output
     assert "cannot launch" in r.output and "exceeds 64" in r.output and "Traceback" not in r.output

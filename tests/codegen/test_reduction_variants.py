@@ -115,7 +115,7 @@ def _force_small_column_c1(monkeypatch):
     from hlo_compile.codegen.analysis.emitter_kind import EmitterKind, ReductionVariant
     from hlo_compile.codegen.emitters import EMITTERS, Emitter, reduction as R
     from hlo_compile.codegen.emitters.reduction.small_column import small_column_geometry
-    from hlo_compile.codegen.analysis.fusion_analysis import ReductionDimensions
+    from hlo_compile.gpu.reductions import ReductionDimensions
     from hlo_compile.codegen.target import LaunchDims
     original = EMITTERS[EmitterKind.REDUCTION]
 

@@ -235,7 +235,7 @@ def test_tuple_of_get_tuple_elements_root_plans_and_emits():
     """The planner also takes a root that picks the sort's outputs in another order (the
     fusion analysis sends such roots to the loop emitter today, so no end-to-end run)."""
     import llvmlite.binding as llvm
-    from hlo_compile.gpu.device_info import device_for_arch
+    from hlo_compile.gpu.archs import device_for_arch
     from hlo_compile.codegen.emitters.sort import emit_sort_kernel, plan_sort_kernel
     from hlo_compile.targets.nvptx import NvptxTarget
     text = PROLOGUE.replace(
@@ -277,7 +277,7 @@ def test_choice_by_shared_memory(shape, types, algorithm):
 
 
 def test_topk_keeps_the_rank_kernel():
-    from hlo_compile.gpu.device_info import device_for_arch
+    from hlo_compile.gpu.archs import device_for_arch
     from hlo_compile.codegen.emitters.sort import SortKernelSpec, plan_sort_kernel
     from hlo_compile.passes import run_passes
     text = """

@@ -290,7 +290,7 @@ def test_topk_via_sort_emitter(t, shape, out, k, largest, layout):
 
 def test_topk_is_routed_to_the_sort_emitter():
     from hlo_compile.codegen.compiler import available_emitters
-    from hlo_compile.gpu.device_info import device_for_arch
+    from hlo_compile.gpu.archs import device_for_arch
     from hlo_compile.codegen.analysis.fusion_analysis import analyze_fusion
     from hlo_compile.passes import run_passes
     module = run_passes(parse_module(TOPK.format(t="f32", shape="4,8", out="4,2", k=2, largest="true", layout="")))

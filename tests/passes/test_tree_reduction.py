@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from hlo_compile import parse_module
-from hlo_compile.gpu.device_info import device_for_arch
-from hlo_compile.codegen.analysis.fusion_analysis import is_race_free, reduction_dimensions
+from hlo_compile.gpu.archs import device_for_arch
+from hlo_compile.gpu.reductions import is_race_free, reduction_dimensions
 from hlo_compile.interpreter import evaluate_module
 from hlo_compile.passes.tree_reduction import rewrite_tree_reductions, split_factors
 

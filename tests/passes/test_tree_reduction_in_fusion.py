@@ -17,7 +17,7 @@ import pytest
 
 from hlo_compile import parse_module
 from hlo_compile.codegen.compiler import plan_module
-from hlo_compile.codegen.analysis.fusion_analysis import is_race_free, reduction_dimensions
+from hlo_compile.gpu.reductions import is_race_free, reduction_dimensions
 from hlo_compile.interpreter import evaluate_module
 from hlo_compile.options import CompileOptions
 from hlo_compile.runtime import compare, literals

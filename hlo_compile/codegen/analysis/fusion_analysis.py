@@ -21,12 +21,14 @@ from hlo_compile.hlo.ir import HloComputation, HloInstruction
 from hlo_compile.hlo.shape import Shape
 
 from ...gpu.device_info import DeviceInfo
+from ...gpu.reductions import (ReductionDimensions, is_race_free, is_reduction_from_or_to_contiguous_dimensions,
+                               reduction_dimensions)
 from .emitter_kind import EmitterKind, ReductionVariant, TransposeVariant
 from .hero_search import (can_emit_dus_in_place, conv_hero, defining_dus, dot_hero, find_hero, fusion_roots,
-                          is_elementwise, is_intermediate, is_race_free, is_real_reduction_hero,
-                          is_reduction_from_or_to_contiguous_dimensions, multi_row_vector_size, reduction_variant)
-from .hero_shapes import (ReductionDimensions, TransposeDescription, bits_of, is_reshape_or_transpose_bitcast,
-                          reduction_dimensions, reshape_is_bitcast, transpose_description)
+                          is_elementwise, is_intermediate, is_real_reduction_hero, multi_row_vector_size,
+                          reduction_variant)
+from .hero_shapes import (TransposeDescription, bits_of, is_reshape_or_transpose_bitcast, reshape_is_bitcast,
+                          transpose_description)
 
 __all__ = [
     "HERO_RULES", "FusionAnalysis", "ReductionDimensions", "TransposeDescription", "analyze_fusion", "bits_of",

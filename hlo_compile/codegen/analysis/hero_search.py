@@ -13,9 +13,10 @@ from hlo_compile.hlo.opcodes import ELEMENTWISE
 from hlo_compile.hlo.shape import Shape
 
 from ...gpu.device_info import DeviceInfo
+from ...gpu.reductions import (ReductionDimensions, is_race_free, is_reduction_from_or_to_contiguous_dimensions,
+                               reduction_dimensions)
 from .emitter_kind import ReductionVariant
-from .hero_shapes import (ReductionDimensions, bits_of, reduction_dimensions, reshape_is_bitcast, same_shape,
-                          transpose_description, transpose_is_bitcast)
+from .hero_shapes import bits_of, reshape_is_bitcast, same_shape, transpose_description, transpose_is_bitcast
 
 _INT_MAX = 2**31 - 1
 
@@ -115,40 +116,6 @@ def _find_unique_hero(start: HloInstruction,
 
 
 # ---- reductions ------------------------------------------------------------------------------
-
-def is_reduction_from_or_to_contiguous_dimensions(reduce: HloInstruction,
-                                                   device: DeviceInfo | None = None) -> bool:
-    """A reduce whose kept or reduced dims are consecutive in the operand layout and for which
-    the reduction emitter beats one thread per output element."""
-    if reduce.opcode != "reduce":
-        return False
-    if reduce.operands[0].shape.element_count() == 0:
-        return False  # every output is the init value (XLA's simplifier makes it a broadcast)
-    try:
-        dims = reduction_dimensions(reduce)
-    except ValueError:
-        return False
-    return _faster_than_elemental(dims, device.threads_per_warp if device else 32)
-
-
-def _faster_than_elemental(rd: ReductionDimensions, warp: int) -> bool:
-    _, major, minor = rd.dimensions
-    if minor == 0:
-        return False  # nothing to reduce into or over
-    if rd.is_row:
-        return minor >= warp or warp % minor == 0
-    prefer_elemental = (major < warp or (major < 2 * warp and minor < warp) or (major < 4 * warp and minor < 8)
-                        or (major < 8 * warp and minor < 3))
-    return not prefer_elemental
-
-
-def is_race_free(rd: ReductionDimensions, device: DeviceInfo | None = None) -> bool:
-    """At most one block writes each output: row x <= 1024*16 and z <= 8; column b <= 32*128."""
-    warp = device.threads_per_warp if device else 32
-    if rd.is_row:
-        return rd.dimensions[2] <= 1024 * 16 and rd.dimensions[0] <= 8
-    return rd.dimensions[1] <= warp * 128
-
 
 def is_real_reduction_hero(root: HloInstruction, hero: HloInstruction, device: DeviceInfo | None = None) -> bool:
     """Whether ``hero`` makes the fusion a reduction fusion: a contiguous, worthwhile reduce that

@@ -5,7 +5,7 @@ layout). The transpose and reduction emitters build on ``transpose_description``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 from hlo_compile.hlo.element_types import ELEMENT_TYPES
 from hlo_compile.hlo.ir import HloInstruction
@@ -201,55 +201,6 @@ def _packed_tile(dims: Sequence[int], perm: Sequence[int], bits: int) -> tuple[i
     tile = [1] * n
     tile[inv[n - 2]], tile[n - 2], tile[n - 3] = tile_t1, tile_t2, tile_a
     return tuple(tile)
-
-
-# ---- reduction dimensions ------------------------------------------------------------------
-
-class ReductionDimensions(NamedTuple):
-    """Row: ``[z reduced, y kept, x reduced]`` -> [y]; column: ``[a kept, b reduced, c kept]``."""
-
-    is_row: bool
-    dimensions: tuple[int, int, int]
-
-
-def _consecutive(minor_to_major: Sequence[int], dims: Sequence[int]) -> bool:
-    pos = sorted(minor_to_major.index(d) for d in dims)
-    return all(q - p == 1 for p, q in zip(pos, pos[1:]))
-
-
-def _partition(shape: Shape, middle: Sequence[int]) -> tuple[int, int, int]:
-    """(major, middle, minor) products of the dims around the consecutive ``middle`` dims."""
-    sizes, segment = [1, 1, 1], 2
-    for d in shape.minor_to_major:
-        if segment == 2 and d in middle:
-            segment = 1
-        elif segment == 1 and d not in middle:
-            segment = 0
-        sizes[segment] *= shape.dimensions[d]
-    return sizes[0], sizes[1], sizes[2]
-
-
-def reduction_dimensions(reduce: HloInstruction) -> ReductionDimensions:
-    """XLA's ``GetReductionKindAndContiguousComponents`` for a reduce's first operand layout."""
-    shape = reduce.operands[0].shape
-    reduced = set(reduce.dimensions)
-    kept = [d for d in range(shape.rank) if d not in reduced]
-    if not kept:
-        return ReductionDimensions(True, (1, 1, shape.element_count()))
-    m2m = list(shape.minor_to_major)
-    if _consecutive(m2m, kept):
-        major, middle, minor = _partition(shape, kept)
-        if middle == 1:
-            return ReductionDimensions(True, (1, 1, major * minor))
-        if minor == 1:
-            return ReductionDimensions(False, (1, major, middle))
-        return ReductionDimensions(True, (major, middle, minor))
-    if not _consecutive(m2m, sorted(reduced)):
-        raise ValueError(f"reduce %{reduce.name}: neither kept nor reduced dims are consecutive in the layout")
-    major, middle, minor = _partition(shape, sorted(reduced))
-    if minor == 1:
-        return ReductionDimensions(True, (1, major, middle))
-    return ReductionDimensions(False, (major, middle, minor))
 
 
 # ---- elementwise / intermediate ops -------------------------------------------------------

@@ -27,7 +27,7 @@ from ...codegen.llvm_types import F16, F32, I32, PTR, VOID
 from ...codegen.target import (KernelFunction, KernelParam, Target, TargetFeatureError, WarpMma,
                                check_math_args)
 from ...hlo.errors import HloError
-from .archs import MAX_PTX_ISA, MIN_PTX_ISA, SUPPORTED_ARCHS  # noqa: F401  (re-exported)
+from ...gpu.archs import ARCHS, MAX_PTX_ISA, SUPPORTED_ARCHS
 
 TRIPLE = "nvptx64-nvidia-cuda"
 SHARED_ADDRSPACE = 3
@@ -63,7 +63,7 @@ class UnsupportedArchError(HloError):
 
 def ptx_isa_version(arch: str) -> int:
     """The PTX ISA version (times ten: 78 is 7.8) we emit for ``arch``: the lowest it needs."""
-    version = MIN_PTX_ISA.get(arch)
+    version = ARCHS[arch].min_ptx_isa if arch in ARCHS else None
     if version is None or version > MAX_PTX_ISA:
         raise UnsupportedArchError(
             f"unsupported GPU architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHS)}")
