@@ -30,7 +30,7 @@ class CompileOptions:
     # has a convolution step but no attention step (``cuda_compile_options``); ``conv`` set to
     # "generated" generates attention too. Not a flag of its own.
     fmha: str = "library"
-    # the GPU the cost model (codegen/perf_model.py) estimates for: "a100", "h100", "h200";
+    # the GPU the cost model (codegen/model/perf_model.py) estimates for: "a100", "h100", "h200";
     # None: the one ``arch`` plans for (sm_80 -> A100, sm_90 -> H100). Plans do not change.
     device: str | None = None
     # passes of ``passes.run_passes`` not run, by the names ``hlo-compile --list-passes`` prints
@@ -39,7 +39,7 @@ class CompileOptions:
     skip_passes: tuple[str, ...] = ()
 
     def generated_call_families(self) -> frozenset[str]:
-        """The library-call families (``hlo/library_targets.py``) lowered to plain HLO."""
+        """The library-call families (``hlo/calls/library_targets.py``) lowered to plain HLO."""
         out = set()
         if self.gemm == "generated":
             out.add("gemm")

@@ -482,7 +482,7 @@ def pass_options(fn):
 
 
 def override_options(fn):
-    """``--override-dir`` and XLA's --xla_gpu_llvm_ir_file/--xla_gpu_ptx_file (``overrides.py``)."""
+    """``--override-dir`` and XLA's --xla_gpu_llvm_ir_file/--xla_gpu_ptx_file (``driver/overrides.py``)."""
     fn = click.option("--ptx-file", "ptx_files", multiple=True, metavar="F,...",
                       help="XLA's --xla_gpu_ptx_file: the PTX of the module whose dump prefix "
                            "(module_NNNN.<module>) begins the file's name replaces its whole PTX (cuda only).")(fn)

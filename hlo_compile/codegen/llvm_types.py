@@ -70,7 +70,7 @@ _INT_BITS = {"s1": 1, "s2": 2, "s4": 4, "s8": 8, "s16": 16, "s32": 32, "s64": 64
              "u1": 1, "u2": 2, "u4": 4, "u8": 8, "u16": 16, "u32": 32, "u64": 64}
 _FLOATS = {"f16": F16, "f32": F32, "f64": F64, "bf16": BFLOAT}
 _COMPLEX = {"c64": C64, "c128": C128}
-# 8-bit floats held as raw bits (codegen/f8.py has their formats)
+# 8-bit floats held as raw bits (codegen/elemental/f8.py has their formats)
 _F8 = frozenset({"f8e4m3fn", "f8e5m2", "f8e4m3", "f8e3m4", "f8e4m3fnuz", "f8e5m2fnuz", "f8e4m3b11fnuz"})
 
 

@@ -1,7 +1,7 @@
 """The persistent compile cache: a stage's output on disk, keyed on everything it depends on.
 
 A key is the SHA-256 of what an entry depends on (a whole result: the input text and the
-flags that decide the output; a kernel: its structure, launch and names, ``stages.py``), the
+flags that decide the output; a kernel: its structure, launch and names, ``driver/stages.py``), the
 ``CompileOptions`` (frozen: their ``repr`` is their value) and the versions of what produces
 the bytes: this project (its version and its files' sizes and mtimes), llvmlite (which fixes
 LLVM's) and libdevice (its path, size and mtime). Entries live under the cache directory

@@ -1,11 +1,11 @@
 """The compilation pipeline as data: one driver loop over named stages (DESIGN §2).
 
-The stages are in ``stages.py`` (``hlo`` → ``fusions`` → ``indexing`` → ``llvm`` →
+The stages are in ``driver/stages.py`` (``hlo`` → ``fusions`` → ``indexing`` → ``llvm`` →
 ``llvm-opt`` → ``ptx`` → ``cubin``), each a function from the artifacts it names to a new one.
 ``run_pipeline`` is the only loop that runs them, for ``hlo-compile`` and ``hlo-run`` alike:
 it picks the stages the caller needs (the one to print, a platform's own last stages such as
 the host JIT or loading PTX on the GPU, or all of them for a dump), runs each once in order,
-times it, and alone prints (``artifacts``), dumps (``dump.py``, XLA's names) and, later,
+times it, and alone prints (``artifacts``), dumps (``driver/dump.py``, XLA's names) and, later,
 caches. A stage that cannot run here (no ptxas for ``cubin``) is skipped with the reason,
 and so is every stage after it that reads its artifact; asking for it is an error naming
 the reason. hlo-opt's stage names (``--stage=llvm-before-optimizations``...) are aliases of
@@ -209,7 +209,7 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
 
 def _bind_overrides(spec, module: HloModule, index: int, out: StageOutput, result: PipelineResult,
                    env: StageEnv) -> None:
-    """This module's overrides, checked against its kernels (``overrides.py``); the fusions
+    """This module's overrides, checked against its kernels (``driver/overrides.py``); the fusions
     text names the kernels they replace."""
     env.overrides = spec.bind(module, index, out.value)
     result.overrides = env.overrides.sources([k.kernel_name for k in out.value.unique_kernels])

@@ -285,7 +285,7 @@ def _signature(kernel_ir: str, name: str) -> list[str]:
 
 
 def _apply_overrides(ov, kernel_ir: dict[str, str]) -> tuple[str | None, dict[str, str]]:
-    """Put the overrides' IR (``overrides.py``) in place of the emitted IR in ``kernel_ir``,
+    """Put the overrides' IR (``driver/overrides.py``) in place of the emitted IR in ``kernel_ir``,
     each checked to define the kernel with its signature: (the whole module's IR or None,
     kernel → override path)."""
     from .overrides import check_ir
@@ -363,7 +363,7 @@ def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels, *,
 
 
 def _ptx_overrides(ov, results: dict, names: list[str]) -> None:
-    """Each kernel's PTX override (``overrides.py``) in place of its compiled PTX, checked to
+    """Each kernel's PTX override (``driver/overrides.py``) in place of its compiled PTX, checked to
     have the kernel's ``.entry`` with as many parameters."""
     if not ov:
         return

@@ -13,7 +13,7 @@ FEATURES = {
     "boundary-layouts": "layouts that differ across while/conditional/fusion/call/tuple boundaries "
                         "(fixed: passes/layout_boundaries.py)",
     "bitcast-convert-width": "bitcast-convert between element types of different widths (u32[2,2] -> u64[2]) "
-                             "(fixed: codegen/index_ops.py)",
+                             "(fixed: codegen/elemental/index_ops.py)",
     "rng-bit-generator": "rng-bit-generator, with any layout of its bits output (fixed: the expansion relays "
                          "the bits out to the declared layout)",
     "degenerate-broadcast": "binary ops whose same-rank operands differ in size-1 dims, which the verifier accepts "

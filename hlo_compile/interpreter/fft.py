@@ -1,4 +1,4 @@
-"""The ``fft`` op through numpy's FFT (``hlo/fft_call.py`` reads and checks the instruction):
+"""The ``fft`` op through numpy's FFT (``hlo/calls/fft.py`` reads and checks the instruction):
 forward transforms unnormalised, inverse ones divided by N, IRFFT's Hermitian input read as
 numpy's ``irfftn`` reads it (imaginary parts a real result cannot have are ignored). c64/f32
 transforms compute in single precision (numpy ≥ 2 keeps complex64), c128/f64 in double."""

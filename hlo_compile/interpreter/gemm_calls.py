@@ -1,6 +1,6 @@
 """The numpy meaning of XLA:GPU's cuBLAS GEMM calls (notes/xla-gpu-calls.md §1.3, §1.5).
 
-For a call read by ``hlo/gemm_call.py``::
+For a call read by ``hlo/calls/gemm.py``::
 
     P   = dot_general(A, B)                  in the compute type (f32 for f32 and narrower
                                              floats, f64, complex, or integers)

@@ -1,4 +1,4 @@
-"""The numpy meaning of Transformer Engine's fused attention calls (``hlo/te_attention_call.py``):
+"""The numpy meaning of Transformer Engine's fused attention calls (``hlo/calls/te_attention.py``):
 the cuDNN attention of ``fmha_calls.py`` on ``[B, S, H, D]`` tensors.
 
 With a padding mask the sequence lengths are ``cu_seqlens[b+1] - cu_seqlens[b]``. The forward's

@@ -1,5 +1,5 @@
 """The ``triangular-solve`` op and XLA:GPU's ``__cublas$triangularSolve`` call (the same solve,
-returning ``(solution, workspace)``; ``hlo/triangular_solve_call.py`` reads both), in numpy.
+returning ``(solution, workspace)``; ``hlo/calls/triangular_solve.py`` reads both), in numpy.
 
 Written from XLA's definition, apart from the lowering it checks
 (``passes/triangular_solve_lowering.py``): the matrix that is read (the triangle ``lower``

@@ -127,7 +127,7 @@ def run_passes(module: HloModule, fusion: bool = True, generated_calls: frozense
     ``fusion=False``) and the rest wrapped as one-instruction fusions, and the same done to every
     computation that a while or conditional runs (recursively). The input is left untouched, so
     the interpreter that checks our results never runs our own rewrites. The library calls of
-    ``generated_calls`` (families of ``hlo/library_targets.py``) are lowered to plain HLO first;
+    ``generated_calls`` (families of ``hlo/calls/library_targets.py``) are lowered to plain HLO first;
     the others stay calls. ``arch``: the target the tree-reduction split is made for (the code
     generator's ``prepare_module`` gives it); without one that pass is not run.
 

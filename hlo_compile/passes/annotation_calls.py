@@ -1,4 +1,4 @@
-"""Annotation custom calls (``hlo/annotation_calls.py``: memory placement, layout constraints,
+"""Annotation custom calls (``hlo/calls/annotation.py``: memory placement, layout constraints,
 the SPMD partitioner's on one participant) rewritten as the ``copy`` they mean, so the module's
 kernels compute through them; in place."""
 from __future__ import annotations

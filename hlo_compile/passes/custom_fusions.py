@@ -6,7 +6,7 @@ A Triton, cuDNN or custom-kernel fusion (``fusion_backend_config.kind`` = ``__tr
 only says how XLA generates code (notes/xla-gpu-calls.md §4-5). So:
 
 - a fusion our emitters compile as one kernel stays a fusion (a GEMM with its prologue and
-  epilogue, an elementwise or reduction fusion): ``codegen/fusion_analysis.py`` reports XLA's
+  epilogue, an elementwise or reduction fusion): ``codegen/analysis/fusion_analysis.py`` reports XLA's
   kind and config beside the emitter we use;
 - Triton's block-level fusions of a normalization "diamond" (``__triton``: a reduction whose
   result is broadcast back and combined with its input; softmax, layer norm) stay a fusion

@@ -1,5 +1,5 @@
 """cuDNN's fused attention calls as the plain HLO they compute (see ``library_calls.py``;
-the math is notes/xla-gpu-calls.md §3.5, the call's reading ``hlo/fmha_call.py``).
+the math is notes/xla-gpu-calls.md §3.5, the call's reading ``hlo/calls/fmha.py``).
 
 Every operand is first brought to the canonical order ``[batch, heads, seq, feature]``
 (a ``transpose`` where its dimension numbers say it is in another order) and to f32; key and

@@ -1,7 +1,7 @@
 """The cuBLAS GEMM calls as plain HLO our dot emitter compiles (see ``library_calls.py``).
 
 Each ``__cublas$gemm`` / ``__cublas$lt$matmul`` / ``__cublas$lt$matmul$f8`` call (read by
-``hlo/gemm_call.py``) becomes ONE ``kOutput`` fusion: a ``dot`` accumulating in f32 (f64,
+``hlo/calls/gemm.py``) becomes ONE ``kOutput`` fusion: a ``dot`` accumulating in f32 (f64,
 complex or the integer output type where those apply), then the epilogue, elementwise over it
 (notes/xla-gpu-calls.md §1.3, §1.5)::
 

@@ -42,7 +42,7 @@ def lower_library_calls(module: HloModule, families: frozenset[str] = ALL_FAMILI
             if lower is None:
                 continue
             # a call its library would refuse (or compute wrongly) is lowered even where the
-            # family stays a library call (hlo/library_limits.py)
+            # family stays a library call (hlo/calls/library_limits.py)
             if library_family(target) in families or target in TE_ATTENTION_TARGETS or library_refusal(inst):
                 lower(comp, inst)
     return module

@@ -1,5 +1,5 @@
 """Transformer Engine's fused attention calls as the plain HLO they compute
-(``hlo/te_attention_call.py``): the cuDNN attention lowering of ``fmha_lowering.py`` on
+(``hlo/calls/te_attention.py``): the cuDNN attention lowering of ``fmha_lowering.py`` on
 ``[B, S, H, D]`` tensors.
 
 The sequence lengths of a padding mask are ``slice(cu, [1:B+1]) - slice(cu, [0:B])``; the

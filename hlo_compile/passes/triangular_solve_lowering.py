@@ -1,5 +1,5 @@
 """Triangular solves as plain HLO our emitters run: the ``triangular-solve`` op and XLA:GPU's
-``__cublas$triangularSolve`` call (read by ``hlo/triangular_solve_call.py``), on every
+``__cublas$triangularSolve`` call (read by ``hlo/calls/triangular_solve.py``), on every
 platform (we do not call cuBLAS trsm).
 
 XLA's semantics: ``op(a) x = b`` (``left_side``) or ``x op(a) = b``, ``op`` the identity, the
@@ -23,7 +23,7 @@ the element type and the default layout:
 - the solution copied to the layout the instruction declares; for the call, readers of the
   solution leaf read it, and the workspace leaf (``s8[0]``, contents undefined) is zeros.
 
-The ``cholesky`` op (``hlo/triangular_solve_call.py``: XLA's expander's conventions) is lowered
+The ``cholesky`` op (``hlo/calls/triangular_solve.py``: XLA's expander's conventions) is lowered
 here too, as a ``while`` over columns (left-looking): with ``A`` the lower form of the input
 (``a``, or ``conj(a^T)`` for an upper one: ``u = l^H``) and ``L`` zeros at first, column ``j``
 takes ``v = A[:, j] - L . conj(L[j, :])`` (a ``dot``: the columns not yet made are zero),

@@ -42,7 +42,7 @@ class AsyncRegion:
     waited: bool = False
 
 
-# the library-call families (hlo/library_targets.py), each with the CompileOptions field that
+# the library-call families (hlo/calls/library_targets.py), each with the CompileOptions field that
 # keeps its calls library calls
 _FAMILY_FLAGS = (("gemm", "gemm"), ("conv", "conv"), ("fmha", "fmha"))
 

@@ -1,6 +1,6 @@
 """Steps that run cudnn library calls on the cuda platform (see ``library_steps.py``).
 
-The cuDNN convolution calls (``hlo/conv_call.py``) through the cuDNN frontend's Python graph
+The cuDNN convolution calls (``hlo/calls/conv.py``) through the cuDNN frontend's Python graph
 API (``import cudnn``, package nvidia-cudnn-frontend; notes/xla-gpu-calls.md §7.3): one graph
 per call, built on its first run and kept, with the call's forward window
 (``conv_fprop``/``conv_dgrad``/``conv_wgrad``, pre/post padding, strides, dilations). Tensors
@@ -10,7 +10,7 @@ spatial dimension in front, as XLA passes it. Bias-activation runs only in the f
 graph takes without scalars: ``relu?(conv + side_input + bias)`` (scales 1); other scales and
 activations, reversed windows, and graph capture are refused by name.
 
-Calls cuDNN does not take (``hlo/library_limits.py``: layouts other than packed NCHW/NHWC and
+Calls cuDNN does not take (``hlo/calls/library_limits.py``: layouts other than packed NCHW/NHWC and
 KCRS/KRSC, the bias-activation forms above) are lowered to our kernels before they get here;
 the check stays as a guard. Run on an H200 (cuDNN 9, frontend 1.20) by ``tests/gpu/test_gpu_libraries.py``.
 """

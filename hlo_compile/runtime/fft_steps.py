@@ -10,7 +10,7 @@
   (row-major) layout on both sides; refused by name otherwise, or when the bindings are missing.
   NOT yet run on a GPU: written from the cuFFT and nvmath documentation only.
 
-Both read the instruction through ``hlo/fft_call.py`` (XLA's shape rules, checked at build time).
+Both read the instruction through ``hlo/calls/fft.py`` (XLA's shape rules, checked at build time).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Compiling a module with overrides (``hlo_compile/driver/overrides.py``: which files replace which
 kernel's IR or PTX): the host platform's kernel stage for overridden IR, and
 ``compile_executable`` with a module's overrides in place. Kept in the runtime layer so that
-``overrides.py`` stays below the driver and the platforms."""
+``driver/overrides.py`` stays below the driver and the platforms."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any

@@ -428,7 +428,7 @@ def test_host_matches_interpreter(name):
     try:
         exe = compile_executable(module, "host")
     except HloUnsupportedError as e:
-        # F8 arithmetic is being added to the code generator (codegen/f8.py); until then an F8
+        # F8 arithmetic is being added to the code generator (codegen/elemental/f8.py); until then an F8
         # call is lowered (checked on the interpreter below) and refused by name and line
         if case.f8 and re.search(r"element type f8e\w+ has no LLVM code generation yet", e.message):
             assert e.location.line == module.entry.instruction("cc").location.line

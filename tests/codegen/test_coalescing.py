@@ -1,4 +1,4 @@
-"""The coalescing analysis (codegen/coalescing.py) on XLA's own test cases.
+"""The coalescing analysis (codegen/model/coalescing.py) on XLA's own test cases.
 
 Each case is the HLO and the expected per-operand verdicts of XLA's
 ``xla/service/gpu/model/coalescing_analysis_test.cc`` (``CoalescingTest``), planned by our

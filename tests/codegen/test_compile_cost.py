@@ -1,5 +1,5 @@
 """Compile cost of fusions whose pads would copy their operands once per branch arm
-(codegen/fused_emitter.py, ``branch_arms_explode``; issues 28 item 4, 29 item 8).
+(codegen/elemental/fused_emitter.py, ``branch_arms_explode``; issues 28 item 4, 29 item 8).
 
 ``lax.associative_scan`` fuses, level after level, ``add(pad(x, interior), pad(mul(w, x),
 interior))``: both pads read ``x``, and pad reads its operand inside a branch arm, where nothing

@@ -1,7 +1,7 @@
 """Complex element types (c64, c128) in code generation: every complex elementwise op and the
 emitters that move or combine complex values, on the host target against the interpreter.
 
-Values are literal structs ``{float, float}`` / ``{double, double}`` (``codegen/complex_ops.py``),
+Values are literal structs ``{float, float}`` / ``{double, double}`` (``codegen/elemental/complex_ops.py``),
 stored interleaved as XLA stores them. Tolerances are in units of the component type's epsilon:
 add/subtract/negate/real/imag/complex/convert/select and the data-movement emitters are exact;
 multiply and the libm-based ops are within a few ulps of numpy (XLA's formulas, not numpy's).
@@ -239,7 +239,7 @@ def test_unsupported_complex_ops_are_refused_by_name():
 
 # ---- XLA's corner cases: host = interpreter on the grid of tests/complex_grid.py ----------------------
 #
-# Both compute XLA's formulas (codegen/complex_ops.py, interpreter/complex_math.py), so NaN and infinity
+# Both compute XLA's formulas (codegen/elemental/complex_ops.py, interpreter/complex_math.py), so NaN and infinity
 # positions and the signs of zeros must be identical and finite parts within the bound below, in ulps of
 # max(|re|, |im|, 1) of the interpreter's result (the formulas add O(1) terms: cosh, 1 + exp, log|q|).
 # What differs is the last bits of the float functions: the host calls glibc's libm, the interpreter

@@ -1,4 +1,4 @@
-"""codegen/f8.py: 8-bit float encode/decode in LLVM IR, bit-exact against ml_dtypes.
+"""codegen/elemental/f8.py: 8-bit float encode/decode in LLVM IR, bit-exact against ml_dtypes.
 
 Each codec is compiled with llvmlite's JIT into a loop over an array: every one of the 256
 codes decoded, and f32/f64 values encoded — specials, every code's exact value and the

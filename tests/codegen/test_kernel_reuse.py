@@ -117,7 +117,7 @@ def test_reused_kernels_run_on_host_and_match_the_interpreter():
     assert not np.allclose(got[0], once)
 
 
-# ---- plan once per structure (codegen/plan_sharing.py) ------------------------------------------
+# ---- plan once per structure (codegen/analysis/plan_sharing.py) ------------------------------------------
 
 def _layer(i: int) -> str:
     """One 'layer' of lone instructions (the fusion pass makes its fusions): a row softmax

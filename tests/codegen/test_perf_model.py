@@ -1,4 +1,4 @@
-"""The cost model (codegen/perf_model.py): a memcpy-like fusion costs its bytes over the
+"""The cost model (codegen/model/perf_model.py): a memcpy-like fusion costs its bytes over the
 bandwidth, an uncoalesced loop-emitted transpose is flagged and estimated slower than the
 shared-memory transpose of the same fusion, flops, occupancy, devices, and the model's
 place in --emit=fusions and summary.json."""

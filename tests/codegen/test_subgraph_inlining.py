@@ -1,4 +1,4 @@
-"""Fusions whose subgraph functions, inlined, would multiply (codegen/fused_emitter.py,
+"""Fusions whose subgraph functions, inlined, would multiply (codegen/elemental/fused_emitter.py,
 ``flattening_explodes``): XLA's inlined threefry key split, where each round's two values both
 read both values of the round before, made LLVM's always-inliner copy 2^rounds bodies before any
 CSE (``hlo-compile --emit=ptx`` grew by ~50 MB/s and never ended). Such fusions are emitted in

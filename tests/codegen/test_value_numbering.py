@@ -1,5 +1,5 @@
 """The fused emitter computes an element once per index, however the index was computed
-(codegen/value_numbering.py): emitted IR grows linearly with a chain of values that each reach
+(codegen/elemental/value_numbering.py): emitted IR grows linearly with a chain of values that each reach
 the previous one along two index paths, not exponentially."""
 from __future__ import annotations
 

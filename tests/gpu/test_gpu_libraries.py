@@ -57,7 +57,7 @@ def _run_on_cuda(module, args, step: str) -> list[np.ndarray]:
 @pytest.mark.parametrize("name", sorted(gemm_cases.CASES))
 def test_cublaslt_gemm_on_cuda(gpu, name):
     """cuBLASLt where it takes the call; what it refused on the first GPU run (FP8 E4M3 x E4M3
-    into E5M2, amax of a non-FP8 D: hlo/library_limits.py) is lowered to our kernels instead."""
+    into E5M2, amax of a non-FP8 D: hlo/calls/library_limits.py) is lowered to our kernels instead."""
     from hlo_compile.hlo.calls.library_limits import library_refusal
     _need("cublasLt")
     case = gemm_cases.CASES[name]
@@ -100,7 +100,7 @@ CONV_CASES = ([(k, n, None) for k in ("fwd", "bwd_input", "bwd_filter")
 @pytest.mark.parametrize("kind,name,epilogue", CONV_CASES,
                          ids=[f"{k}-{n}" + (f"-{e}" if e else "") for k, n, e in CONV_CASES])
 def test_cudnn_convolution_on_cuda(gpu, kind, name, epilogue):
-    """cuDNN where it takes the call; elsewhere (hlo/library_limits.py: HWIO filters, scales,
+    """cuDNN where it takes the call; elsewhere (hlo/calls/library_limits.py: HWIO filters, scales,
     activations) the call is lowered to our kernels on the GPU: right either way."""
     from hlo_compile.hlo.calls.library_limits import library_refusal
     _need("cudnn")

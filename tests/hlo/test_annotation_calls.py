@@ -1,4 +1,4 @@
-"""Annotation custom calls (``hlo/annotation_calls.py``): placement and layout annotations and the
+"""Annotation custom calls (``hlo/calls/annotation.py``): placement and layout annotations and the
 SPMD partitioner's on one participant are the identity, compiled as copies; a partitioner
 annotation on several participants is refused by name, by the interpreter and by hlo-compile."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """XLA:GPU's kCustom fusions (Triton, cuDNN, custom kernels) compiled by our emitters
-(passes/custom_fusions.py, codegen/fusion_analysis.py's backend-kind rule)."""
+(passes/custom_fusions.py, codegen/analysis/fusion_analysis.py's backend-kind rule)."""
 from __future__ import annotations
 
 import pytest

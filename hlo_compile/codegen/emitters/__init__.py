@@ -5,7 +5,7 @@ An emitter is a module (or a package of variants) with a planner ``plan(fusion, 
 device, kernel name) -> KernelSpec`` (raising ``Declined`` for a fusion it cannot take: the
 loop emitter then runs it) and a kernel emitter ``emit(target, spec) -> ir.Module``; its spec
 states the launch and the thread -> data maps (``codegen/kernel.py``). The fusion analysis
-names the kind (``codegen/fusion_analysis.py``'s hero rules); ``compiler.plan_fusion`` looks
+names the kind (``codegen/analysis/fusion_analysis.py``'s hero rules); ``compiler.plan_fusion`` looks
 it up here. Adding an emitter is its module and its entry below.
 """
 from __future__ import annotations

@@ -48,12 +48,12 @@ def library_reason(target: str) -> str:
             f"{_FLAG_OF[family]}=generated compiles it with our emitters")
 
 
-# Transformer Engine's cuDNN attention through XLA's typed FFI (hlo/te_attention_call.py): no
+# Transformer Engine's cuDNN attention through XLA's typed FFI (hlo/calls/te_attention.py): no
 # library step runs it; it is always lowered to plain HLO (passes/te_attention_lowering.py)
 TE_ATTENTION_FORWARD = "te_fused_attn_forward_ffi"
 TE_ATTENTION_BACKWARD = "te_fused_attn_backward_ffi"
 TE_ATTENTION_TARGETS = frozenset({TE_ATTENTION_FORWARD, TE_ATTENTION_BACKWARD})
 
-# cuBLAS trsm (hlo/triangular_solve_call.py): no library step runs it; it is always lowered to
+# cuBLAS trsm (hlo/calls/triangular_solve.py): no library step runs it; it is always lowered to
 # plain HLO, as the triangular-solve op is (passes/triangular_solve_lowering.py)
 TRIANGULAR_SOLVE_TARGET = "__cublas$triangularSolve"
