@@ -18,7 +18,7 @@ import click
 
 from ..driver.dump import SUMMARY, DumpDirectory
 from ..hlo.errors import HloError
-from ..driver.kernel_cache import KernelCache, default_cache_dir, pack, result_key, unpack
+from ..driver.kernel_cache import KernelCache, ResultStore, default_cache_dir
 from ..options import CompileOptions
 from ..driver.pipeline import STAGE_ALIASES, STAGES, UNAVAILABLE_STAGES, stage
 from . import common
@@ -170,9 +170,9 @@ def main(file: str, dump_to: Path | None, emit: str | None, passes: str | None, 
         source = common.read_source(file) if passes is None else None
         key = None
         if cache is not None and source is not None and overrides is None:  # an override's result: never cached whole
-            key = result_key(source[0], _result_flags(checked[0], checked[1], split_input_file, short_form,
-                                                      as_fusion, dump_to, options) + [f"pass_re={dump_pass_re}",
-                                                                          f"dump_indexing={dump_indexing}"])
+            key = ResultStore(cache).key(source[0], _result_flags(checked[0], checked[1], split_input_file, short_form,
+                                                                  as_fusion, dump_to, options)
+                                         + [f"pass_re={dump_pass_re}", f"dump_indexing={dump_indexing}"])
             if _from_cache(cache, key, output, dump_to):
                 return
         _main(file, dump_to, emit, passes, output, options, platform, input_format, split_input_file, short_form,
@@ -284,14 +284,10 @@ def _result_flags(stage_name, arch, split_input_file, short_form, as_fusion, dum
 def _from_cache(cache: KernelCache, key: str, output: Path | None, dump_to: Path | None) -> bool:
     """Print and write a stored result (True), or say there is none (False: a damaged or
     unreadable entry is a miss)."""
-    data = cache.get(key)
-    if data is None:
+    stored = ResultStore(cache).load(key)
+    if stored is None:
         return False
-    try:
-        stored = unpack(data)
-        record = _Record(stored["outputs"], stored["notes"], stored["files"], stored["modules"])
-    except (ValueError, KeyError, TypeError):
-        return False
+    record = _Record(**stored)
     dump = common.dump_dir(dump_to)
     if dump is not None:
         common.prepare_dump_dir(dump)
@@ -361,24 +357,8 @@ def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform
         written.setdefault(SUMMARY, dump_to / SUMMARY)
         written = {name: path for name, path in written.items() if path.is_file()}
     _emit(record, output, dump_to, max(len(written) - 1, 0))
-    if cache is None or result_key is None:
-        return
-    size = sum(len(o) for o in record.outputs) + sum(path.stat().st_size for path in written.values())
-    if size <= RESULT_MAX_BYTES:  # (a larger result is not kept whole: its kernels are, one entry each)
-        record.files = {name: _text_or_bytes(path.read_bytes()) for name, path in written.items()}
-        cache.put(result_key, pack(dataclasses.asdict(record)))
-
-
-# A whole result above this (a large model's dump: Llama 8B's is 305 MB, mostly indexing maps)
-# is not kept: packing it would cost more memory and time than the compile it saves.
-RESULT_MAX_BYTES = 64 << 20
-
-
-def _text_or_bytes(data: bytes) -> str | bytes:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return data
+    if cache is not None and result_key is not None:  # (a result over ResultStore.MAX_BYTES is not kept whole)
+        ResultStore(cache).save(result_key, dataclasses.asdict(record), written)
 
 
 def _emit(record: _Record, output: Path | None, dump_to: Path | None, files: int) -> None:

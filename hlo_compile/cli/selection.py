@@ -130,6 +130,7 @@ def _indexing_text(module, name: str, stage_name: str, options: CompileOptions) 
 
 def _run_kernel_stages(plan, stage_name: str, options: CompileOptions, cache, jobs: int) -> str | bytes:
     """The stages after ``fusions`` up to ``stage_name`` on ``plan``, as the driver runs them."""
+    from ..driver.kernel_cache import KernelStore
     from ..driver.stages import STAGES, StageEnv, StageUnavailable, text_of
     by_name = {s.name: s for s in STAGES}
     needed, todo = set(), [stage_name]
@@ -139,7 +140,7 @@ def _run_kernel_stages(plan, stage_name: str, options: CompileOptions, cache, jo
             continue
         needed.add(n)
         todo.extend(by_name[n].needs)
-    env = StageEnv(cache, jobs)
+    env = StageEnv(KernelStore(cache, options) if cache is not None else None, jobs)
     values: dict = {"fusions": plan}
     text = None
     for s in STAGES:

@@ -238,3 +238,157 @@ def unpack(data: bytes):
         return _decode(json.loads(zlib.decompress(data)))
     except (zlib.error, json.JSONDecodeError, UnicodeDecodeError, TypeError, KeyError, AttributeError) as e:
         raise ValueError(f"not a packed result: {e}") from None
+
+
+# ---- the stores: every lookup and write of an entry ----------------------------------------
+# The driver is the only user of the cache: ``run_pipeline`` lends its per-kernel stages a
+# ``KernelStore`` (``StageEnv.store``) and ``hlo-compile`` keeps its whole result through a
+# ``ResultStore``. No stage computes a key or touches an entry itself.
+
+KERNEL_ENTRY = "kernel-3"  # a kernel's entry under its names: IR, optimised IR, PTX
+CANONICAL_ENTRY = "kernel-canonical-1"  # under its canonical IR (``kernel_names``): optimised IR, PTX
+
+
+class KernelStore:
+    """The per-kernel entries of one compile (``options``), in ``cache`` (None: nothing is
+    kept and every lookup misses).
+
+    Two entries per kernel: under its names (``find_named`` before the kernel is emitted; the
+    key is what its IR depends on: ``kernel_reuse_key``, its name and its instructions' names,
+    the options and the tool versions), and under its canonical IR (``find_canonical`` once
+    emitted: the IR with every HLO name a placeholder, so a fusion renamed between two
+    compiles finds the other's). The keys are remembered between the two stages that use
+    them; ``put_*`` writes without evicting and ``flush`` evicts once."""
+
+    def __init__(self, cache: KernelCache | None, options) -> None:
+        self.cache = cache
+        self.options = options
+        self._versions: str | None = None
+        self._named: dict[str, str] = {}
+        self._canonical: dict[str, str] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.cache is not None
+
+    def _key(self, *parts: str) -> str:
+        if self._versions is None:
+            self._versions = tool_versions()
+        return cache_key(parts[0], self._versions, repr(self.options), *parts[1:])
+
+    def _entry(self, key: str, fields: tuple[str, ...]) -> tuple[str, ...] | None:
+        """The texts ``fields`` of an entry, or None (absent, damaged or another layout)."""
+        data = self.cache.get(key) if self.cache is not None else None
+        if data is None:
+            return None
+        try:
+            d = unpack(data)
+            out = tuple(d[f] for f in fields)
+        except (ValueError, KeyError, TypeError):
+            return None
+        return out if all(isinstance(x, str) for x in out) else None
+
+    def find_named(self, kernels, skip=frozenset()) -> dict:
+        """Each kernel of ``kernels`` (``KernelPlan``s, not in ``skip``: they are never kept)
+        found under its names: name → (its IR, its ``PtxResult``)."""
+        if self.cache is None:
+            return {}
+        from ..codegen.compiler import kernel_reuse_key
+        from ..targets.nvptx.ptx import PtxResult
+        memo: dict = {}
+        hits = {}
+        for k in kernels:
+            if k.kernel_name in skip:
+                continue
+            key = self._key(KERNEL_ENTRY, k.kernel_name, repr(kernel_reuse_key(k, memo)), _names_text(k.fusion))
+            self._named[k.kernel_name] = key
+            got = self._entry(key, ("ir", "llvm_opt", "ptx"))
+            if got is not None:
+                hits[k.kernel_name] = (got[0], PtxResult(llvm_opt=got[1], ptx=got[2]))
+        return hits
+
+    def find_canonical(self, canonical: dict) -> dict[str, tuple[str, str]]:
+        """Each kernel of ``canonical`` (name → ``kernel_names.CanonicalKernel``, or None where
+        it is compiled under its own names and never kept) found under its canonical IR:
+        name → (optimised IR, PTX), both under the canonical names."""
+        if self.cache is None:
+            return {}
+        hits = {}
+        for n, c in canonical.items():
+            if c is None:
+                continue
+            self._canonical[n] = key = self._key(CANONICAL_ENTRY, c.text)
+            got = self._entry(key, ("llvm_opt", "ptx"))
+            if got is not None:
+                hits[n] = (got[0], got[1])
+        return hits
+
+    def put_canonical(self, name: str, result) -> None:
+        """LLVM's result for kernel ``name`` under its canonical names (a ``PtxResult``)."""
+        key = self._canonical.get(name)
+        if self.cache is not None and key is not None:
+            self.cache.put(key, pack({"llvm_opt": result.llvm_opt, "ptx": result.ptx}), evict=False)
+
+    def put_named(self, name: str, ir: str, result) -> None:
+        """Kernel ``name``'s IR and its ``PtxResult`` under its names (looked up by ``find_named``)."""
+        key = self._named.get(name)
+        if self.cache is not None and key is not None:
+            self.cache.put(key, pack({"ir": ir, "llvm_opt": result.llvm_opt, "ptx": result.ptx}), evict=False)
+
+    def kept_by_name(self, name: str) -> bool:
+        return name in self._named
+
+    def flush(self) -> None:
+        """Evict once after the writes (it lists the whole cache)."""
+        if self.cache is not None:
+            self.cache.evict()
+
+
+def _names_text(fusion) -> str:
+    """The names of the fused computation's instructions and of those it calls, in order."""
+    from ..hlo.ir import called_closure
+    return "\n".join(comp.name + ":" + ",".join(i.name for i in comp.instructions) for comp in called_closure(fusion))
+
+
+class ResultStore:
+    """Whole ``hlo-compile`` results (what it printed, its notes, its dump files) by the input
+    text and the flags that decide them; results over ``max_bytes`` are not kept (packing a
+    large model's dump would cost more than the compile it saves)."""
+
+    MAX_BYTES = 64 << 20  # Llama 8B's dump is 305 MB, mostly indexing maps: not kept
+
+    def __init__(self, cache: KernelCache | None) -> None:
+        self.cache = cache
+
+    def key(self, source: str, flags: list[str]) -> str | None:
+        return None if self.cache is None else result_key(source, flags)
+
+    def load(self, key: str | None) -> dict | None:
+        """The stored result (a dict of ``outputs``, ``notes``, ``files``, ``modules``), or None
+        (absent, damaged or another layout: a miss)."""
+        data = self.cache.get(key) if self.cache is not None and key is not None else None
+        if data is None:
+            return None
+        try:
+            stored = unpack(data)
+            return {f: stored[f] for f in ("outputs", "notes", "files", "modules")}
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def save(self, key: str | None, record: dict, files: dict[str, Path]) -> bool:
+        """Keep ``record`` with the bytes of the dump ``files`` (name → path) unless the whole is
+        over ``MAX_BYTES``; True when kept."""
+        if self.cache is None or key is None:
+            return False
+        size = sum(len(o) for o in record["outputs"]) + sum(p.stat().st_size for p in files.values())
+        if size > self.MAX_BYTES:
+            return False
+        record = dict(record, files={name: _text_or_bytes(p.read_bytes()) for name, p in files.items()})
+        return self.cache.put(key, pack(record))
+
+
+def _text_or_bytes(data: bytes) -> str | bytes:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data

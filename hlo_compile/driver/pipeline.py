@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from .dump import (BEFORE_OPTIMIZATIONS, DumpDirectory, DumpWriter, as_dump_directory, safe_file_name,
                    xla_arch_name)
 from ..hlo.errors import HloError, HloUnsupportedError
-from .kernel_cache import KernelCache
+from .kernel_cache import KernelCache, KernelStore
 from ..options import CompileOptions
 from .stages import (SOURCE, STAGES, LazyText, OptimizedKernels, Stage, StageEnv, StageOutput, StageUnavailable,
                      StreamedText, split_ptx, text_of)
@@ -140,7 +140,7 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
     instructions whose name this regex finds ("" or ".*": all); None, the default: they are
     neither run nor written for a dump unless ``emit`` or ``then`` asks for them."""
     result = PipelineResult(module, options)
-    env = StageEnv(cache, jobs, progress)
+    env = StageEnv(KernelStore(cache, options) if cache is not None else None, jobs, progress)
     wanted = stage(emit) if emit else None
     all_stages = [*STAGES, *then]
     goals = _closure(list(then) or ([wanted] if wanted else STAGES), all_stages)

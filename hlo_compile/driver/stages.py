@@ -92,14 +92,15 @@ def text_of(text: str | bytes | LazyText | None) -> str | bytes | None:
 @dataclass
 class StageEnv:
     """What the driver lends a stage that asks for it (``Stage.uses_env``): none of it
-    changes the stage's output. ``cache``: the persistent cache, for entries per kernel;
-    ``jobs``: processes for per-kernel work; ``progress(stage, done, total)``."""
+    changes the stage's output. ``store``: the persistent cache's per-kernel entries
+    (``kernel_cache.KernelStore``; None: nothing kept); ``jobs``: processes for per-kernel
+    work; ``progress(stage, done, total)``."""
 
-    cache: Any = None
+    store: Any = None
     jobs: int = 1
     progress: Callable[[str, int, int], None] | None = None
     # this module's ``overrides.ModuleOverrides``: kernels whose IR or PTX comes from a file
-    # (they change the output, and never go through ``cache``)
+    # (they change the output, and never go through ``store``)
     overrides: Any = None
 
     def report(self, stage: str, done: int, total: int) -> None:
@@ -139,11 +140,10 @@ class Stage:
 
 @dataclass(frozen=True)
 class LinkedKernels:
-    """The ``llvm`` stage's artifact: each kernel's module as emitted, the key of its entry
-    in the persistent cache and, for a kernel found there, its optimised IR and PTX."""
+    """The ``llvm`` stage's artifact: each kernel's module as emitted and, for a kernel found
+    in the persistent cache, its optimised IR and PTX."""
 
     kernel_ir: dict[str, str]
-    keys: dict[str, str] = field(default_factory=dict)
     cached: dict[str, Any] = field(default_factory=dict)  # kernel → PtxResult
     overridden: dict[str, str] = field(default_factory=dict)  # kernel → its IR override's path
     module_ir: str | None = None  # the whole module's IR from --xla_gpu_llvm_ir_file
@@ -201,65 +201,17 @@ def _indexing_json(options: CompileOptions, source: HloModule, *, only=None) -> 
     return StageOutput(text, text)
 
 
-KERNEL_ENTRY = "kernel-3"  # a kernel's entry under its names: IR, optimised IR, PTX
-CANONICAL_ENTRY = "kernel-canonical-1"  # under its canonical IR (``kernel_names``): optimised IR, PTX
-
-
-def _kernel_keys(options: CompileOptions, plan: ModulePlan) -> dict[str, str]:
-    """The key of each kernel's entry under its names, looked up before it is emitted: what its
-    IR depends on (``kernel_reuse_key``: the fused computation's structure, shapes, attributes,
-    emitter, launch and aliasing), its name and its instructions' names (they name the IR's
-    values and helpers), the options and the tool versions. A kernel whose names changed
-    misses it and is found, once emitted, under its canonical IR (``_canonical_key``)."""
-    from ..codegen.compiler import kernel_reuse_key
-    from .kernel_cache import cache_key, tool_versions
-    versions, memo = tool_versions(), {}
-    keys = {}
-    for k in plan.unique_kernels:
-        keys[k.kernel_name] = cache_key(KERNEL_ENTRY, versions, repr(options), k.kernel_name,
-                                        repr(kernel_reuse_key(k, memo)), _names_text(k.fusion))
-    return keys
-
-
-def _names_text(fusion) -> str:
-    """The names of the fused computation's instructions and of those it calls, in order."""
-    from ..hlo.ir import called_closure
-    return "\n".join(comp.name + ":" + ",".join(i.name for i in comp.instructions) for comp in called_closure(fusion))
-
-
-def _entry(cache, key: str, fields: tuple[str, ...]) -> tuple[str, ...] | None:
-    """The texts ``fields`` of a cache entry, or None (absent, damaged or another layout)."""
-    from .kernel_cache import unpack
-    data = cache.get(key) if cache is not None else None
-    if data is None:
-        return None
-    try:
-        d = unpack(data)
-        out = tuple(d[f] for f in fields)
-    except (ValueError, KeyError, TypeError):
-        return None
-    return out if all(isinstance(x, str) for x in out) else None
-
-
-def _cached_kernel(cache, key: str):
-    """(IR, PtxResult) of a kernel's entry under its names, or None."""
-    from ..targets.nvptx.ptx import PtxResult
-    got = _entry(cache, key, ("ir", "llvm_opt", "ptx"))
-    return None if got is None else (got[0], PtxResult(llvm_opt=got[1], ptx=got[2]))
-
-
 def _llvm(options: CompileOptions, plan: ModulePlan, *, env: StageEnv | None = None) -> StageOutput:
     from ..targets.nvptx import NvptxTarget
     env = env or StageEnv()
     target = NvptxTarget(options.arch, dot_tensor_cores=options.dot_tensor_cores)
-    keys = _kernel_keys(options, plan) if env.cache is not None else {}
     kernel_ir, seconds, cached = {}, {}, {}
     unique = plan.unique_kernels
     ov = env.overrides
     overridden = {k.kernel_name for k in unique if ov and (ov.kernels.get(k.kernel_name) or ov.module_ir)}
-    keys = {n: key for n, key in keys.items() if n not in overridden}  # never cached
+    hits = env.store.find_named(unique, skip=overridden) if env.store is not None else {}  # overrides: never kept
     for n, k in enumerate(unique):  # a kernel several fusions launch is emitted once
-        hit = _cached_kernel(env.cache, keys[k.kernel_name]) if k.kernel_name in keys else None
+        hit = hits.get(k.kernel_name)
         if hit is not None:
             kernel_ir[k.kernel_name], cached[k.kernel_name] = hit
         else:
@@ -274,7 +226,7 @@ def _llvm(options: CompileOptions, plan: ModulePlan, *, env: StageEnv | None = N
             return module_ir
         from ..targets.linking import link_kernel_modules
         return link_kernel_modules(target, plan.module.name, [kernel_ir[k.kernel_name] for k in unique])
-    return StageOutput(LinkedKernels(kernel_ir, keys, cached, overridden, module_ir), LazyText(linked),
+    return StageOutput(LinkedKernels(kernel_ir, cached, overridden, module_ir), LazyText(linked),
                        dict(kernel_ir), kernel_seconds=seconds)
 
 
@@ -313,7 +265,6 @@ def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels, *,
     canonical names (``kernel_names``), which key its entry, so a fusion renamed between
     two compiles finds the other's; it is compiled under its own names only where the
     renaming could not be exact."""
-    from .kernel_cache import pack
     from ..targets.nvptx import toolkit
     from ..targets.nvptx.kernels import link_optimized, merge_ptx
     env = env or StageEnv()
@@ -324,29 +275,28 @@ def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels, *,
     t0 = time.perf_counter()
     canonical = _canonical_kernels(llvm, todo)
     canonical.update({n: None for n in llvm.overridden})  # compiled under its own names, never cached
-    ckeys = _canonical_keys(options, canonical) if env.cache is not None else {}
+    found = env.store.find_canonical(canonical) if env.store is not None else {}
     results, fresh = dict(llvm.cached), []
     for n in todo:
-        got = _entry(env.cache, ckeys[n], ("llvm_opt", "ptx")) if n in ckeys else None
+        got = found.get(n)
         restored = None if got is None else _restored(canonical[n], *got)
         if restored is not None:
             results[n] = restored
         else:
             fresh.append(n)
     try:
-        first, direct = _compile_fresh(options, env, llvm, canonical, fresh, ckeys)
+        first, direct = _compile_fresh(options, env, llvm, canonical, fresh)
         again = dict(zip(direct, _compile(options, env, [(n, llvm.kernel_ir[n]) for n in direct])))
     except toolkit.ToolkitNotFound as e:  # libdevice missing: this stage and those after it cannot run here
         raise StageUnavailable(toolkit.LIBDEVICE_MISSING, e.message) from None
     for n, r in zip(fresh, first):
         results[n] = again.get(n, r)
     compiled = [r for r in first if r is not None] + list(again.values())
-    if env.cache is not None and llvm.keys:
-        for n in (n for n in todo if n in llvm.keys):
-            r = results[n]
-            env.cache.put(llvm.keys[n], pack({"ir": llvm.kernel_ir[n], "llvm_opt": r.llvm_opt, "ptx": r.ptx}),
-                          evict=False)
-        env.cache.evict()  # once, not per entry: it lists the whole cache
+    kept = [n for n in todo if env.store is not None and env.store.kept_by_name(n)]
+    for n in kept:
+        env.store.put_named(n, llvm.kernel_ir[n], results[n])
+    if kept:
+        env.store.flush()
     seconds = {part: sum(r.seconds.get(part, 0.0) for r in compiled) for part in ("parse", "link", "opt", "emit")}
     seconds["compile"] = time.perf_counter() - t0
     _ptx_overrides(env.overrides, results, names)
@@ -408,12 +358,11 @@ def _whole_module_override(options: CompileOptions, plan: ModulePlan, llvm: Link
 
 
 def _compile_fresh(options: CompileOptions, env: StageEnv, llvm: LinkedKernels, canonical: dict,
-                   fresh: list[str], ckeys: dict[str, str]) -> tuple[list, list[str]]:
+                   fresh: list[str]) -> tuple[list, list[str]]:
     """The ``PtxResult`` of each kernel of ``fresh`` under its names, compiled under canonical
     names where it has them (their entries written), and the kernels whose result could not be
     named back (to compile under their names)."""
     from ..codegen.errors import CodegenError
-    from .kernel_cache import pack
     try:
         compiled = _compile(options, env, [(canonical[n].kernel, canonical[n].text) if canonical[n] is not None
                                            else (n, llvm.kernel_ir[n]) for n in fresh])
@@ -422,8 +371,8 @@ def _compile_fresh(options: CompileOptions, env: StageEnv, llvm: LinkedKernels, 
     out, direct = [], []
     for n, r in zip(fresh, compiled):
         c = canonical[n]
-        if c is not None and n in ckeys:
-            env.cache.put(ckeys[n], pack({"llvm_opt": r.llvm_opt, "ptx": r.ptx}), evict=False)
+        if c is not None and env.store is not None:
+            env.store.put_canonical(n, r)
         named = r if c is None else _restored(c, r.llvm_opt, r.ptx, r.seconds)
         if named is None:  # LLVM's output under canonical names cannot be named back exactly
             direct.append(n)
@@ -436,15 +385,6 @@ def _canonical_kernels(llvm: LinkedKernels, todo: list[str]) -> dict:
     or None where it is compiled under its own."""
     from .kernel_names import canonical_ir
     return {n: canonical_ir(llvm.kernel_ir[n], n) for n in todo}
-
-
-def _canonical_keys(options: CompileOptions, canonical: dict) -> dict[str, str]:
-    """The key of each kernel's entry under its canonical IR: the IR, the options and the tool
-    versions (no name of the module's)."""
-    from .kernel_cache import cache_key, tool_versions
-    versions = tool_versions()
-    return {n: cache_key(CANONICAL_ENTRY, versions, repr(options), c.text) for n, c in canonical.items()
-            if c is not None}
 
 
 def _restored(c, llvm_opt: str, ptx: str, seconds: dict | None = None):

@@ -173,8 +173,8 @@ def test_damaged_result_entry_is_a_miss(tmp_path):
 
 
 def test_a_large_result_is_not_kept_whole(tmp_path, monkeypatch):
-    import hlo_compile.cli.compile as compile_cli
-    monkeypatch.setattr(compile_cli, "RESULT_MAX_BYTES", 100)  # gelu's fusion report is larger
+    from hlo_compile.driver.kernel_cache import ResultStore
+    monkeypatch.setattr(ResultStore, "MAX_BYTES", 100)  # gelu's fusion report is larger
     d = tmp_path / "c"
     first = _invoke([GELU, "--emit=fusions", "--cache-dir", d])
     assert first.exit_code == 0 and not KernelCache(d).entries()
