@@ -574,9 +574,3 @@ def default_arch() -> str:
     return check_arch(value, flag="HLO_COMPILE_ARCH") if value else "sm_80"
 
 
-def one_of(value: str, choices: Iterable[str], flag: str) -> str:
-    low = value.strip().lower()
-    for c in choices:
-        if c.lower() == low:
-            return c
-    raise UserError(f"{flag}={value}: expected one of {', '.join(choices)}")

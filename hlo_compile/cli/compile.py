@@ -20,7 +20,7 @@ from ..driver.dump import SUMMARY, DumpDirectory
 from ..hlo.errors import HloError
 from ..driver.kernel_cache import KernelCache, ResultStore, default_cache_dir
 from ..options import CompileOptions
-from ..driver.pipeline import STAGE_ALIASES, STAGES, UNAVAILABLE_STAGES, stage
+from ..driver.pipeline import STAGES, UNAVAILABLE_STAGES, stage
 from . import common
 from .common import EXIT_ERROR, STDIN, UserError, stderr_is_tty
 
@@ -44,10 +44,6 @@ def _translate(argv: list[str]) -> list[str]:
     argv = [a + "=" if a == "--dump-indexing" and n < end else a for n, a in enumerate(argv)]
     return common.translate_xla_flags(argv, main, values=_VALUES, booleans=_BOOLEANS, ignored=_IGNORED,
                                       refused=_REFUSED, prog=PROG)
-
-
-def _stage_names() -> list[str]:
-    return [s.name for s in STAGES] + sorted(STAGE_ALIASES)
 
 
 def _list_stages(ctx: click.Context, _param, value: bool) -> None:

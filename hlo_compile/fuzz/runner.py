@@ -273,15 +273,6 @@ def _xla_ref_module():
 _XLA = None
 
 
-def xla_available() -> bool:
-    try:
-        import jax  # noqa: F401
-        _xla()
-        return True
-    except Exception:  # noqa: BLE001
-        return False
-
-
 def _xla():
     global _XLA
     if _XLA is None:

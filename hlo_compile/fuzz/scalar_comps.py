@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .builder import Comp, ModuleBuilder, Value
-from .shapes import FShape, FTuple, is_float, scalar
+from .shapes import FTuple, is_float, scalar
 
 REDUCER_KINDS = {"float": ("add", "maximum", "minimum", "multiply"),
                  "int": ("add", "maximum", "minimum", "multiply", "and", "or", "xor"),
@@ -90,10 +90,6 @@ def select_comp(mb: ModuleBuilder, et: str, direction: str) -> Comp:
     a, b = c.param(scalar(et)), c.param(scalar(et))
     mb.finish(c, c.add("compare", scalar("pred"), [a, b], [f"direction={direction}"]))
     return c
-
-
-def callee_param_shapes(comp: Comp) -> list[FShape | FTuple]:
-    return [p.shape for p in comp.params]
 
 
 __all__ = ["REDUCER_KINDS", "family", "reducer", "overwrite", "multi_reducer", "argbest", "comparator",

@@ -70,6 +70,3 @@ def is_array_type(name: str) -> bool:
     return element_type(name).kind not in ("token", "opaque")
 
 
-def byte_width(name: str) -> int:
-    """Bytes per element in an unpacked buffer (sub-byte types take a whole byte)."""
-    return max(1, (bit_width(name) + 7) // 8)

@@ -77,16 +77,6 @@ def _callee_params(inst: HloInstruction, operand: int) -> list[HloInstruction]:
     return [_branches(inst)[operand - 1].parameter(0)]
 
 
-def _callee_roots(inst: HloInstruction) -> list[HloInstruction]:
-    """The roots whose value becomes ``inst``'s result (while: the body's, which is also the
-    next iteration's parameter)."""
-    if inst.opcode == "while":
-        return [inst.attr("body").root]
-    if inst.opcode == "call":
-        return [inst.attr("to_apply").root]
-    return [b.root for b in _branches(inst)]
-
-
 class _Follower:
     def __init__(self, module: HloModule, sites: _CallSites):
         self.module = module

@@ -200,13 +200,6 @@ def add(a: ExprLike, b: ExprLike) -> Expr:
     return make_sum(terms, ca + cb)
 
 
-def add_all(parts: Sequence[ExprLike]) -> Expr:
-    out: Expr = Const(0)
-    for p in parts:
-        out = add(out, p)
-    return out
-
-
 def mul(a: ExprLike, k: int) -> Expr:
     a = as_expr(a)
     k = int(k)

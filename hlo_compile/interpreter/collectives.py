@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hlo.collective_groups import (group_of, has_send_recv_pairs, participant_groups, permute_sources,
-                                     ragged_updates_per_peer, World)
+                                     ragged_updates_per_peer)
 from ..hlo.errors import HloUnsupportedError
 from .numerics import dtype_of
 from .registry import TOKEN, op
@@ -273,5 +273,3 @@ def _send_done(ev, inst, ops):
     return TOKEN
 
 
-def world_size(ev) -> World:
-    return _participant(ev).world

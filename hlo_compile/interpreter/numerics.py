@@ -47,15 +47,6 @@ def int_limits(et: str) -> tuple[int, int]:
     return 0, (1 << bits) - 1
 
 
-def unsigned_type(et: str) -> str:
-    """The unsigned type of the same width (u32 for s32/u32/f32)."""
-    return f"u{bit_width(et)}"
-
-
-def signed_type(et: str) -> str:
-    return f"s{bit_width(et)}"
-
-
 def bits_view(x: np.ndarray, et: str, signed: bool = False) -> np.ndarray:
     """The raw bits of ``x`` as a (un)signed integer array of the same width (8 bits min)."""
     bits = max(8, bit_width(et))

@@ -18,7 +18,7 @@ With one participant no thread is started.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from ..hlo.collective_groups import World
 from ..hlo.errors import HloError
@@ -138,5 +138,3 @@ def run_participants(world: World, body: Callable[[Participant], Any]) -> list[A
     return results
 
 
-def participant_arguments(args: Sequence[Any] | Callable[[int], Sequence[Any]], k: int) -> Sequence[Any]:
-    return args(k) if callable(args) else args

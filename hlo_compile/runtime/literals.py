@@ -11,7 +11,7 @@ when present, else the shared ``arg{i}``, and writes ``p{k}.out{j}``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -284,5 +284,3 @@ def zero_inputs(module: HloModule) -> list[Any]:
     return [make(p.shape) for p in module.entry.parameters]
 
 
-def iter_leaves(value: Any) -> Iterator[np.ndarray]:
-    yield from flatten(value)

@@ -129,10 +129,6 @@ class ConvCall:
         return f"custom-call %{self.name} ({self.target})"
 
 
-def is_conv_call(inst: HloInstruction) -> bool:
-    return inst.opcode == "custom-call" and inst.attr("custom_call_target", None) in TARGET_KINDS
-
-
 def parse_conv_call(inst: HloInstruction) -> ConvCall:
     """The ``ConvCall`` of custom-call ``inst``; ``HloUnsupportedError`` for anything malformed
     or outside what XLA:GPU runs (see the module docstring)."""

@@ -128,10 +128,6 @@ class GemmCall:
         return {n: i for n, i in names.items() if i is not None}
 
 
-def is_gemm_call(inst: HloInstruction) -> bool:
-    return inst.opcode == "custom-call" and inst.attr("custom_call_target", None) in GEMM_TARGETS
-
-
 # ---- reading ---------------------------------------------------------------------------------------
 
 class _Refuse:
