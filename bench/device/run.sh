@@ -164,7 +164,7 @@ run_step() {
 }
 
 gpu_test_files() {  # every file with gpu-marked tests but those of the families and libraries steps
-    grep -l "mark.gpu" tests/test_*.py | grep -v -e test_gpu_emitters.py -e test_gpu_libraries.py
+    grep -l "mark.gpu" tests/*/test_*.py | grep -v -e test_gpu_emitters.py -e test_gpu_libraries.py
 }
 
 PYTEST=(python3 -m pytest -q -p no:cacheprovider -m gpu -rfEs --durations=8)
