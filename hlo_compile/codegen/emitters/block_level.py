@@ -38,20 +38,18 @@ from typing import Sequence
 from llvmlite import ir
 
 from ...hlo import HloInstruction
-from ...hlo.opcodes import ELEMENTWISE
 from ...indexing import affine as A
 from ...passes.custom_fusions import BlockLevelTiling, TiledReduce, block_level_tiling
 from ..elemental.affine import AffineEmitter
 from ...gpu.device_info import DeviceInfo
 from ..elemental.scalar_ops import emit_call_computation
 from ..analysis.fusion_analysis import FusionAnalysis
-from ..elemental.index_op_table import INDEX_OPS
 from ..kernel import Declined, Kernel, KernelSpec, kernel_index_type, open_kernel, output_leaves
 from ..kernel_builder import KernelBuilder
 from ..llvm_types import I8, I32, compute_type, from_storage, is_complex, storage_bytes, storage_type, to_storage
 from ..elemental.partitioner import partition
 from ..target import LaunchDims, Target
-from .reduction.emitter import shared_type, shuffle_down, storage_bytes_of
+from .reduction.emitter import same_index_parameters, shared_type, shuffle_down, storage_bytes_of
 
 WARP = 32
 VECTOR_BYTES = 16
@@ -198,7 +196,7 @@ def plan_block_level_kernel(fusion: HloInstruction, analysis: FusionAnalysis, de
 
 
 def _vector(starts: list[HloInstruction], written: list) -> int:
-    types = [p.shape.element_type for x in starts for _, p in _same_index_parameters(x)]
+    types = [p.shape.element_type for x in starts for _, p in same_index_parameters(x, match_layout=False)]
     types += [s.element_type for s in written]
     if any(is_complex(et) for et in types):
         return 1
@@ -296,7 +294,7 @@ class _BlockLevelEmitter:
         if len(lanes) == 1:
             return
         fe, b = self.fe, self.b
-        for leaf, param in _same_index_parameters(start):
+        for leaf, param in same_index_parameters(start, match_layout=False):
             shape = leaf.shape
             if not _lanes_contiguous_shape(shape, dim) or shape.dimensions[dim] % len(lanes):
                 continue
@@ -492,35 +490,3 @@ class _BlockLevelEmitter:
         return self.kernel.finish()
 
 
-def _same_index_parameters(inst: HloInstruction) -> list[tuple[HloInstruction, HloInstruction]]:
-    """``(leaf, parameter)`` for the fusion parameters ``FusedEmitter.value(inst, idx)`` reads
-    at ``idx`` itself (through elementwise ops whose operands have ``inst``'s dimensions):
-    ``leaf`` is the parameter, or a bitcast of it (a chain of untiled bitcasts of one element
-    type: the same bytes, so the leaf's physical offsets are the parameter's)."""
-    dims = tuple(inst.shape.dimensions)
-    out, seen, stack = [], set(), [inst]
-    while stack:
-        x = stack.pop()
-        if id(x) in seen or not x.shape.is_array or tuple(x.shape.dimensions) != dims:
-            continue
-        seen.add(id(x))
-        if x.opcode == "parameter":
-            out.append((x, x))
-        elif x.opcode == "bitcast":
-            param = _bitcast_source(x)
-            if param is not None:
-                out.append((x, param))
-        elif x.opcode in ELEMENTWISE and x.opcode not in INDEX_OPS:
-            stack.extend(x.operands)
-    return out
-
-
-def _bitcast_source(x: HloInstruction) -> HloInstruction | None:
-    et = x.shape.element_type
-    while x.opcode == "bitcast":
-        if x.shape.element_type != et or (x.shape.layout and x.shape.layout.tiles):
-            return None
-        x = x.operands[0]
-    if x.opcode != "parameter" or not x.shape.is_array or x.shape.element_type != et:
-        return None
-    return None if x.shape.layout and x.shape.layout.tiles else x

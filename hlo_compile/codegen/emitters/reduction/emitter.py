@@ -172,7 +172,7 @@ class ReductionEmitter:
         for inst in starts:
             idx = lane_indices(array_shape(inst))
             if lanes[_shape_key(array_shape(inst))][1]:
-                for leaf, param in _same_index_parameters(inst):
+                for leaf, param in same_index_parameters(inst):
                     self._vector_load(leaf, param, idx)
         self._accumulate_lanes(accs, slots, lane_indices)
 
@@ -335,18 +335,21 @@ def _shape_key(shape) -> tuple:
     return tuple(shape.dimensions), tuple(shape.minor_to_major)
 
 
-def _same_index_parameters(inst: HloInstruction) -> list[tuple[HloInstruction, HloInstruction]]:
+def same_index_parameters(inst: HloInstruction,
+                          match_layout: bool = True) -> list[tuple[HloInstruction, HloInstruction]]:
     """``(leaf, parameter)`` for the fusion parameters that ``FusedEmitter.value(inst, idx)``
     reads at ``idx`` itself: reached through elementwise ops (not the index-changing ones)
-    with operands of ``inst``'s dimensions and layout. ``leaf`` is the parameter, or a
+    with operands of ``inst``'s dimensions and (``match_layout``) layout. ``leaf`` is the parameter, or a
     ``bitcast`` of ``inst``'s shape over a chain of bitcasts of it of the same element type
     (the same bytes: its physical offsets are the parameter's), as XLA's indexing maps see
     through bitcasts and vectorise the load (``ld.global.v2`` of a bitcast parameter)."""
-    key = _shape_key(array_shape(inst))
+    def key(shape) -> tuple:
+        return _shape_key(shape) if match_layout else tuple(shape.dimensions)
+    want = key(array_shape(inst))
     out, seen, stack = [], set(), [inst]
     while stack:
         x = stack.pop()
-        if id(x) in seen or not x.shape.is_array or _shape_key(x.shape) != key:
+        if id(x) in seen or not x.shape.is_array or key(x.shape) != want:
             continue
         seen.add(id(x))
         if x.opcode == "parameter":
