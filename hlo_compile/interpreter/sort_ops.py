@@ -44,18 +44,18 @@ def merge_sort_permutation(ev, comp, keys: list[np.ndarray]) -> np.ndarray:
                for k, u in zip(keys, used)]
         run = pos // width
         is_left = (run % 2) == 0
-        own_start = run * width
-        partner_start = np.where(is_left, own_start + width, own_start - width)
-        partner_len = np.clip(n - partner_start, 0, width)
+        partner_start = run * width  # the own run's start, then the partner's
+        del run
+        partner_start += np.where(is_left, width, -width).astype(it, copy=False)
         lo = np.zeros((rows, n), dtype=it)
-        hi = np.broadcast_to(partner_len, (rows, n)).copy()
+        hi = np.broadcast_to(np.clip(n - partner_start, 0, width), (rows, n)).copy()
         steps = int(np.ceil(np.log2(width + 1))) + 1
         for c0 in range(0, n, cols):
             c = slice(c0, c0 + cols)
             _search_block(ev, comp, cur, used, lo[:, c], hi[:, c], is_left[c], partner_start[c], c, n, steps)
-        del cur, hi
-        lo += pos - own_start
-        lo += (run // 2) * 2 * width  # each element's position in its merged pair of runs
+        del cur, hi, is_left, partner_start
+        lo += pos % width  # the position within its own run
+        lo += pos // (2 * width) * (2 * width)  # ... and its merged pair of runs' start
         new_perm = np.empty_like(perm)
         np.put_along_axis(new_perm, lo, perm, axis=1)
         perm = new_perm

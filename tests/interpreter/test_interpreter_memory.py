@@ -141,10 +141,11 @@ ENTRY e {
 """
 
 
-@pytest.mark.parametrize("text, bound", [(SORT, 3.5), (TOPK, 3.0), (SCATTER, 3.0)], ids=["sort", "topk", "scatter"])
+@pytest.mark.parametrize("text, bound", [(SORT, 3.0), (TOPK, 3.0), (SCATTER, 3.0)], ids=["sort", "topk", "scatter"])
 def test_sort_topk_scatter_temporaries_stay_within_bounds(text, bound):
-    # the merge sort's permutation, search bounds and numpy's int64 copies of int32 indices still
-    # take about 3.1x on a 1-D sort of 256K keys (was 4.6-5.5x on the corpus' sorts)
+    # a merge level holds the permutation, positions, the gathered keys, the search bounds and
+    # the partner starts (run and own start are not kept): 2.3x on a 1-D sort of 256K keys
+    # (was 4.6-5.5x on the corpus' sorts, then 3.1x)
     assert _peak_over_live(text) <= bound
 
 
