@@ -356,7 +356,7 @@ CHECK: fma.rn.f32
 
 def test_stages_shrink_to_the_device_shared_memory():
     """A config whose stages would not fit the device's shared memory keeps the stages that do."""
-    from hlo_compile.gpu.device_info import device_for_arch
+    from hlo_compile.gpu.archs import device_for_arch
     text = _nested(["f32[512,512]", "f32[512,512]"], _dot("", "", "f32[512,512]", MM, 64), "f32[512,512]",
                    [128, 128], 8, 4)
     k = _kernel(parse_module(text), arch="sm_90")

@@ -24,7 +24,7 @@ from hlo_compile.targets.nvptx import libdevice as libdevice_mod
 from hlo_compile.targets.nvptx import toolkit
 from hlo_compile.targets.nvptx.libdevice import LibDeviceLinker
 from hlo_compile.targets.nvptx import (
-    SUPPORTED_ARCHS, NvptxTarget, UnsupportedArchError, compile_to_ptx, is_ptx_identifier,
+    PTX_ARCHS, NvptxTarget, UnsupportedArchError, compile_to_ptx, is_ptx_identifier,
     ptx_identifier, ptx_isa_version,
 )
 from hlo_compile.targets.nvptx.ptxas import parse_resource_usage, run_ptxas
@@ -363,12 +363,10 @@ def test_kernel_names_must_be_ptx_identifiers() -> None:
 
 
 def test_arch_validation() -> None:
-    assert ptx_isa_version("sm_90a") == 80 and ptx_isa_version("sm_80") == 70
-    assert ptx_isa_version("sm_100") == 86 and ptx_isa_version("sm_89") == 78
-    assert all(ptx_isa_version(a) <= 90 for a in SUPPORTED_ARCHS)
-    # one table (gpu/archs.py): an architecture without device numbers to plan with is refused
-    # by the target as by --arch
-    for bad in ("sm_70", "sm_61", "compute_90", "gfx90a", "sm_999", "sm_75", "sm_120"):
+    assert ptx_isa_version("sm_90a") == 80 and ptx_isa_version("sm_75") == 63
+    assert ptx_isa_version("sm_100") == 86 and ptx_isa_version("sm_120") == 87
+    assert all(ptx_isa_version(a) <= 90 for a in PTX_ARCHS)
+    for bad in ("sm_70", "sm_61", "compute_90", "gfx90a", "sm_999"):
         with pytest.raises(UnsupportedArchError, match="unsupported GPU architecture") as info:
             NvptxTarget(bad)
         assert isinstance(info.value, HloError)

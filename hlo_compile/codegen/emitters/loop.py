@@ -131,7 +131,7 @@ def emit_loop_kernel(target: Target, spec: LoopKernelSpec) -> ir.Module:
     def emitter(point) -> AffineEmitter:
         return AffineEmitter(kb, ids, [kb.index(s) for s in point], bounds=lambda v: m.bound(v))
 
-    offsets = [_offset_expr(spec, root, shape) for (root, _), (_, shape), _ in outputs]
+    offsets = [_offset_expr(spec, root, leaf, shape) for (root, leaf), (_, shape), _ in outputs]
 
     if n_elements % spec.unroll == 0:
         # a thread's elements are all in range or all out of it: one check at unroll index 0
@@ -203,17 +203,22 @@ def _output_indices(spec: LoopKernelSpec, outputs, ae: AffineEmitter) -> list[li
     return [ae.emit_all(spec.root_maps.get(root.name, spec.thread_map).exprs) for (root, _), _, _ in outputs]
 
 
-def _offset_expr(spec: LoopKernelSpec, root: HloInstruction, shape: Shape):
+def _offset_expr(spec: LoopKernelSpec, root: HloInstruction, leaf: int | None, shape: Shape):
     """The output's physical offset as one expression of the work-item ids and the unroll
     symbols: its thread map composed with its layout's linearisation and simplified, as XLA
     composes them (``block·128 + thread``, where emitting the index and then linearising it
-    gives a div/mod chain and its inverse that LLVM does not fold)."""
+    gives a div/mod chain and its inverse that LLVM does not fold);
+    None where the map does not index ``shape`` itself (a root read through a bitcast of
+    another rank, a scalar leaf): the store then linearises the emitted index."""
     m = spec.root_maps.get(root.name, spec.thread_map)
+    value = root.shape if leaf is None else root.shape.tuple_shapes[leaf]
+    if not shape.rank or len(m.exprs) != shape.rank or tuple(value.dimensions) != tuple(shape.dimensions):
+        return None
     return simplify(compose(m, linear_index_map(shape))).exprs[0]
 
 
-def _output_offsets(offsets, ae: AffineEmitter) -> list[ir.Value]:
-    return [ae.emit(e) for e in offsets]
+def _output_offsets(offsets, ae: AffineEmitter) -> list[ir.Value | None]:
+    return [None if e is None else ae.emit(e) for e in offsets]
 
 
 def _compute_point(fe: FusedEmitter, outputs, indices, offsets=None) -> list:

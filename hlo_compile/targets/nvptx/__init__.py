@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from .ptx import PtxResult, check_lowerable, compile_to_ptx
-    from .target import (MMA_MIN_SM, SUPPORTED_ARCHS, NvptxTarget, NvptxWarpMma, UnsupportedArchError,
+    from .target import (MMA_MIN_SM, PTX_ARCHS, NvptxTarget, NvptxWarpMma, UnsupportedArchError,
                          is_ptx_identifier, ptx_identifier, ptx_isa_version, sm_version, target_machine)
 
-__all__ = ["MMA_MIN_SM", "SUPPORTED_ARCHS", "NvptxTarget", "NvptxWarpMma", "PtxResult", "UnsupportedArchError",
+__all__ = ["MMA_MIN_SM", "PTX_ARCHS", "NvptxTarget", "NvptxWarpMma", "PtxResult", "UnsupportedArchError",
            "check_lowerable", "compile_to_ptx", "is_ptx_identifier", "ptx_identifier", "ptx_isa_version",
            "sm_version", "target_machine"]
 

@@ -27,7 +27,7 @@ from ...codegen.llvm_types import F16, F32, I32, PTR, VOID
 from ...codegen.target import (KernelFunction, KernelParam, Target, TargetFeatureError, WarpMma,
                                check_math_args)
 from ...hlo.errors import HloError
-from ...gpu.archs import ARCHS, MAX_PTX_ISA, SUPPORTED_ARCHS
+from ...gpu.archs import ARCHS, MAX_PTX_ISA, PTX_ARCHS
 
 TRIPLE = "nvptx64-nvidia-cuda"
 SHARED_ADDRSPACE = 3
@@ -66,7 +66,7 @@ def ptx_isa_version(arch: str) -> int:
     version = ARCHS[arch].min_ptx_isa if arch in ARCHS else None
     if version is None or version > MAX_PTX_ISA:
         raise UnsupportedArchError(
-            f"unsupported GPU architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHS)}")
+            f"unsupported GPU architecture {arch!r}; supported: {', '.join(PTX_ARCHS)}")
     return version
 
 
