@@ -253,6 +253,7 @@ class CudaFunction:
     def __init__(self, module: CudaModule, name: str, handle: Any):
         self.module, self.name, self.handle = module, name, handle
         self.dynamic_shared_limit = 0  # what max_dynamic_shared last allowed (0: the driver's default)
+        self._dynamic_shared_checked = 0  # the largest dynamic shared size a launch was checked for
 
     def attribute(self, name: str) -> int:
         """``cuFuncGetAttribute`` by short name, e.g. ``"NUM_REGS"``."""
@@ -283,6 +284,16 @@ class CudaFunction:
         attr = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         check(d.cuFuncSetAttribute(self.handle, attr, int(nbytes)), f"cuFuncSetAttribute({self.name})")
         self.dynamic_shared_limit = int(nbytes)
+
+    def prepare_dynamic_shared(self, nbytes: int) -> None:
+        """Before a launch with ``nbytes`` of dynamic shared memory: opt in where the total
+        passes 48 KiB (``max_dynamic_shared``). The static size is asked of the driver once per
+        new largest size, not at every launch."""
+        if nbytes <= max(self._dynamic_shared_checked, self.dynamic_shared_limit):
+            return
+        if needs_dynamic_shared_optin(nbytes, self.shared_bytes):
+            self.max_dynamic_shared(nbytes)
+        self._dynamic_shared_checked = nbytes
 
 
 class CudaModule:
@@ -479,9 +490,7 @@ class CudaDevice:
         inside the kernel surface at the next sync."""
         if isinstance(stream, CudaStream):
             stream = stream.handle
-        if shared_bytes > max(function.dynamic_shared_limit, 0) \
-                and needs_dynamic_shared_optin(int(shared_bytes), function.shared_bytes):
-            function.max_dynamic_shared(int(shared_bytes))  # over 48 KiB in all: opt in first
+        function.prepare_dynamic_shared(int(shared_bytes))  # over 48 KiB in all: opt in first
         params, holders = kernel_params(args)
         gx, gy, gz = _dims(grid)
         bx, by, bz = _dims(block)
