@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .element_types import is_float
 from .shape import Shape
 from .shape_inference_base import (NotInferable, ShapeInferenceError, array, dims_equal, expect_array, expect_count,
                                    expect_scalar, higher_precision, human, is_int_type, kind, like, merge_dim,
@@ -290,7 +291,7 @@ def _token_result(opcode: str, shapes: list[Shape], attrs: dict[str, Any]) -> Sh
 @rule("batch-norm-inference")
 def _bn_inference(opcode: str, shapes: list[Shape], attrs: dict[str, Any]) -> Shape:
     expect_count("batch-norm-inference", shapes, 5)
-    return like(expect_array(shapes[0], "the operand"))
+    return like(_batch_norm_operand(opcode, shapes, attrs))
 
 
 @rule("batch-norm-training", "batch-norm-grad")
@@ -298,9 +299,24 @@ def _bn_with_statistics(opcode: str, shapes: list[Shape], attrs: dict[str, Any])
     """(result, per-feature statistic, per-feature statistic): training returns mean and
     variance, grad returns the gradients of scale and offset."""
     expect_count(opcode, shapes, 3 if opcode == "batch-norm-training" else 5)
+    x = _batch_norm_operand(opcode, shapes, attrs)
+    stat = array(x.element_type, (x.dimensions[require(attrs, "feature_index", opcode)],))
+    return Shape.tuple_of([like(x), stat, stat])
+
+
+def _batch_norm_operand(opcode: str, shapes: list[Shape], attrs: dict[str, Any]) -> Shape:
+    """The operand of a batch-norm op, checked as XLA's shape inference does: floating point,
+    ``feature_index`` one of its dimensions, every per-feature operand a vector of that
+    dimension's size in the operand's type (the activation-shaped ``grad_output`` of
+    ``batch-norm-grad`` the operand's shape)."""
     x = expect_array(shapes[0], "the operand")
+    if not is_float(x.element_type):
+        raise ShapeInferenceError(f"{opcode} needs a floating-point operand, got {human(x)}")
     fi = require(attrs, "feature_index", opcode)
     if not 0 <= fi < x.rank:
         raise ShapeInferenceError(f"feature_index {fi} is out of range for {human(x)}")
-    stat = array(x.element_type, (x.dimensions[fi],))
-    return Shape.tuple_of([like(x), stat, stat])
+    for i, s in enumerate(shapes[1:], 1):
+        want = x.dimensions if (opcode == "batch-norm-grad" and i == 4) else (x.dimensions[fi],)
+        if not s.is_array or s.element_type != x.element_type or tuple(s.dimensions) != tuple(want):
+            raise ShapeInferenceError(f"{opcode} operand {i} must be {x.element_type}{list(want)}, got {human(s)}")
+    return x

@@ -25,7 +25,7 @@ from . import async_ops, collectives  # noqa: F401,E402
 from .async_ops import sugar_handler  # noqa: E402
 from .participants import Participant, run_participants, single_participant  # noqa: E402
 from ..hlo.collective_groups import World, world_of  # noqa: E402
-from . import fft, triangular_solve  # noqa: F401,E402
+from . import batch_norm, fft, triangular_solve  # noqa: F401,E402
 
 
 class Evaluator:

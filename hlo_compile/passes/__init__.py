@@ -12,6 +12,7 @@ from typing import Callable, Collection
 from ..hlo import HloModule
 from ..hlo.ir import clone_module
 from .async_wrapping import wrap_async_sugar
+from .batch_norm_expander import expand_batch_norms
 from .custom_fusions import lower_custom_fusions
 from .dynamic_index_splitter import split_dynamic_indices
 from .expand_rng_bit_generator import expand_rng_bit_generators
@@ -87,6 +88,10 @@ PASSES: tuple[Pass, ...] = (
     Pass("expand-rng-bit-generator", "rng-bit-generator expanded into integer ops",
          lambda m, c: expand_rng_bit_generators(m),
          "no emitter compiles rng-bit-generator (XLA expands it too)"),
+    Pass("batch-norm-expander", "batch-norm-training/-inference/-grad as reduces, broadcasts and elementwise ops "
+                                "(XLA's BatchNormExpander)",
+         lambda m, c: expand_batch_norms(m),
+         "no emitter compiles the batch-norm ops (XLA expands them too)"),
     Pass("scatter-operands", "a scatter fusion that computes its operand split in two: a loop fusion writing the "
                              "operand, then the scatter (as XLA)",
          lambda m, c: split_scatter_operands(m),
