@@ -341,10 +341,11 @@ CHECK: .visible .entry
 CHECK-DAG: .shared .align 16 .b8 sort_operand0[4096];
 CHECK-DAG: .shared .align 16 .b8 sort_operand1[4096];
 CHECK-DAG: .shared .align 16 .b8 sort_position[4096];
-CHECK: st.shared.b32
+CHECK: ld.global.nc.v4.b32
+CHECK: st.shared.v4.b32
 CHECK: bar.sync 0;
 CHECK: ld.shared.b32
-CHECK: st.global
+CHECK: st.global.v4.b32
 """, tmp_path)
     assert "bar.sync" in ptx and ".shared" in ptx
     if find_ptxas() is None:

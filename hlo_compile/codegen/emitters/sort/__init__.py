@@ -25,7 +25,8 @@ For a comparator that is a strict weak order this is ``less(j, i) or (!less(i, j
 equal elements keep their original order, so the sort is stable whatever ``is_stable`` says
 (a stable result is a valid unstable one). The symmetric form also gives a permutation for
 comparators that answer true both ways on ties (``LE``/``GE``): such pairs fall back to the
-index. The count is ``i``'s final position along ``d``; the thread then writes every
+index. The walk reads 4 adjacent elements of the row per iteration, as vectors from the
+parameters where the layout allows (``vectors.py``). The count is ``i``'s final position along ``d``; the thread then writes every
 operand's element ``i`` (every output of the variadic sort) at that position. ``i`` never
 counts itself, so a position is always inside the row; only a comparator whose order is not
 transitive (plain ``LT`` on floats with NaNs, say) can make two elements share a position and

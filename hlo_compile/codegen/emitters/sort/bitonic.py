@@ -15,7 +15,11 @@ combination of the other dims; block ``r`` (grid x, then y past the grid's x lim
   that operand's shared array (storage type: ``pred`` and narrow integers as a byte, bf16 and
   f16 as themselves). A parallel ``i32`` array holds each slot's original position. Padding
   slots get position ``s`` (≥ n) and zero bits, only so that the comparator never reads
-  uninitialised memory: it does run on them, but its answer is discarded (see below).
+  uninitialised memory: it does run on them, but its answer is discarded (see below). A
+  thread's slots go in groups of ``g`` (4 when ``n`` is a multiple of 4: all inside the row or
+  all padding, one guard each), and the parameters the operands read at their own index are
+  loaded a group at a time as explicit vectors (``vectors.py``: ``ld.global.nc.v4.b32`` like
+  XLA's, where the layout makes them aligned), the fused prologue computing on the lanes.
 - Sort: for ``k = 2, 4, ..., P`` and ``j = k/2, ..., 1`` every thread compare-exchanges its
   ``P/2/T`` pairs (2 from ``P = 4`` on) ``(i, i + j)`` (``i`` with bit ``j`` clear), ascending where ``i & k == 0``,
   then a barrier. The order (a strict total order when the comparator is a strict weak
@@ -34,7 +38,8 @@ combination of the other dims; block ``r`` (grid x, then y past the grid's x lim
   every operand's value and the position together. Two comparator calls per pair.
 - Store: after the last barrier slot ``s < n`` holds the row's element of rank ``s``; every
   fusion output (a sort output, picked by ``leaf_outputs`` as in the rank sort) gets it at
-  index ``s`` along the sort dim, at its physical offset.
+  index ``s`` along the sort dim, at its physical offset; a group of slots is one vector store
+  per output whose layout allows it (``st.global.v4.b32``), else one store per element.
 
 Cost per row: ``log2(P)·(log2(P)+1)/2`` steps of ``P/2`` pairs, i.e. O(n log² n) comparator
 calls instead of the rank sort's O(n²), and one barrier per step.
@@ -63,6 +68,7 @@ from typing import ClassVar, Iterator, Sequence
 from llvmlite import ir
 
 from ....hlo import HloInstruction
+from ....hlo.shape import Shape
 from ....indexing import affine as A
 from ....indexing.indexing_map import IndexingMap
 from ....gpu.device_info import DeviceInfo
@@ -75,6 +81,7 @@ from ...elemental.partitioner import partition
 from ...target import LaunchDims, Target
 from ...model.thread_maps import expr_delinearize, work_item_map
 from .common import SortAlgorithm, comparator_before, store_at_position
+from .vectors import chunk, group_size, load_group, params_at_operand_index, store_group
 
 BITONIC_MIN_ROW = 2          # shorter rows (of one element) stay with the rank kernel
 MAX_THREADS = 1024           # CUDA's limit on threads per block
@@ -110,6 +117,12 @@ class BitonicSortKernelSpec(KernelSpec):
     @property
     def slots_per_thread(self) -> int:
         return self.padded // self.threads
+
+    @property
+    def group(self) -> int:
+        """Adjacent slots of a thread accessed together (a vector per buffer that allows it):
+        the most that are all inside the row or all padding (``vectors.group_size``)."""
+        return group_size(self.row_length, self.slots_per_thread)
 
     @property
     def pairs_per_thread(self) -> int:
@@ -157,7 +170,17 @@ class BitonicSortKernelSpec(KernelSpec):
                 f"{2 * self.steps * self.pairs_per_thread} comparator calls per thread (O(n log^2 n) per row)",
                 f"shared memory {self.static_shared_bytes} B static ({len(self.hero.operands)} operand array(s) "
                 f"+ i32 positions, {p} elements each), index type {self.index_type}",
+                self._vector_line(),
                 *self.partitioned.to_text().splitlines()]
+
+    def _vector_line(self) -> str:
+        """Which global accesses are vectors (``vectors.py``): elements per access of each
+        parameter the operands read at their own index and of each output."""
+        loads = ", ".join(f"%{p.name} {chunk(p.shape, self.sort_dim, self.group)}"
+                          for p in params_at_operand_index(self.hero, self.dims)) or "-"
+        stores = ", ".join(str(chunk(shape, self.sort_dim, self.group)) for _, shape in output_leaves(self.fusion))
+        return (f"global accesses in groups of {self.group} adjacent slot(s); elements per vector: "
+                f"loads {loads}; stores {stores}")
 
     def summary_fields(self) -> dict:
         return {"algorithm": self.algorithm, "row_length": self.row_length, "sort_dim": self.sort_dim,
@@ -225,6 +248,7 @@ class _Row:
     positions: ir.Value             # i32 original positions
     index: list[ir.Value | None]    # the row's index, None at the sort dim
     tid: ir.Value
+    vector_params: list[tuple[HloInstruction, int]]  # parameters loaded as vectors of k elements
 
     def at(self, s: ir.Value) -> list[ir.Value]:
         out = list(self.index)
@@ -236,7 +260,10 @@ class _Row:
 
 
 def emit_bitonic_sort(target: Target, spec: BitonicSortKernelSpec) -> ir.Module:
-    kernel = open_kernel(target, spec)
+    vector_params = [(p, k) for p in params_at_operand_index(spec.hero, spec.dims)
+                     if (k := chunk(p.shape, spec.sort_dim, spec.group)) > 1]
+    # seeded vector lanes are looked up in the kernel body: the prologue is emitted inline
+    kernel = open_kernel(target, spec, inline=bool(vector_params))
     kb, b, fe = kernel.kb, kernel.b, kernel.fe
     outputs = [(shape, ptr) for (_, shape), ptr in zip(output_leaves(spec.fusion), kernel.outputs)]
     arrays = [target.shared_array(b, f"sort.operand{i}", storage_type(o.shape.element_type), spec.padded)
@@ -248,7 +275,7 @@ def emit_bitonic_sort(target: Target, spec: BitonicSortKernelSpec) -> ir.Module:
         outer = [d for k, d in enumerate(spec.dims) if k != spec.sort_dim]
         index: list = kb.delinearize(row, outer)
         index.insert(spec.sort_dim, None)
-        r = _Row(kb, fe, spec, arrays, positions, index, kb.thread_id(0))
+        r = _Row(kb, fe, spec, arrays, positions, index, kb.thread_id(0), vector_params)
         _load_row(r)
         target.barrier(b)
         _sorting_network(r)
@@ -277,48 +304,57 @@ def _per_thread(kb: KernelBuilder, tid: ir.Value, count: int, threads: int, name
         yield b.add(tid, b.mul(q, kb.index(threads)), name=f"{name}.item")
 
 
-@contextmanager
-def _adjacent_slots(kb: KernelBuilder, tid: ir.Value, count: int, name: str) -> Iterator[ir.Value]:
-    """The thread's ``count`` adjacent slots ``tid·count + q`` (XLA's sort: each thread
-    copies ``kUnrollFactor`` adjacent elements, so its loads and stores can be vectors)."""
-    if count == 1:
-        yield tid
-        return
-    b = kb.b
-    base = b.mul(tid, kb.index(count), name=f"{name}.base")
-    with kb.loop(0, count, name=name) as q:
-        yield b.add(base, q, name=f"{name}.item")
-
-
 def _slot_pointer(kb: KernelBuilder, array: ir.Value, et: str | None, s: ir.Value) -> ir.Value:
     t = I32 if et is None else storage_type(et)
     return kb.b.gep(array, [s], inbounds=True, source_etype=t)
 
 
+def _group_slots(kb: KernelBuilder, tid: ir.Value, spec: BitonicSortKernelSpec, name: str) -> Iterator[list[ir.Value]]:
+    """The thread's adjacent slots ``tid·S .. tid·S + S - 1`` in groups of ``spec.group`` (all
+    inside the row or all padding), unrolled: a group's elements are one vector access per
+    buffer that takes vectors (``vectors.py``)."""
+    b, count = kb.b, spec.slots_per_thread
+    base = tid if count == 1 else b.mul(tid, kb.index(count), name=f"{name}.base")
+    for first in range(0, count, spec.group):
+        yield [base if first + q == 0 else b.add(base, kb.index(first + q), name=f"{name}.slot", flags=["nuw", "nsw"])
+               for q in range(spec.group)]
+
+
 def _load_row(r: _Row) -> None:
     """Phase 1: the row's elements (through the fused prologue) and positions into shared
-    memory; padding slots get zero bits and their own (≥ n) position."""
+    memory; padding slots get zero bits and their own (≥ n) position. The parameters the sort
+    operands read at their own index are loaded a group at a time as vectors and seeded into the
+    fused emitter at each slot's index."""
     kb, spec, b = r.kb, r.spec, r.kb.b
     n = spec.row_length
     ets = r.element_types()
-    with _adjacent_slots(kb, r.tid, spec.slots_per_thread, "load") as s:
-        def load_values() -> None:
-            with r.fe.scope():
-                idx = r.at(s)
-                values = [r.fe.value(op, idx) for op in spec.hero.operands]
-                for v, et, arr in zip(values, ets, r.arrays):
-                    b.store(to_storage(b, v, et), _slot_pointer(kb, arr, et, s))
-
+    for slots in _group_slots(kb, r.tid, spec, "load"):
         if n == spec.padded:
-            load_values()
+            _load_values(r, slots)
         else:
-            with b.if_else(b.icmp_unsigned("<", s, kb.index(n))) as (valid, padding):
+            with b.if_else(b.icmp_unsigned("<", slots[0], kb.index(n))) as (valid, padding):
                 with valid:
-                    load_values()
+                    _load_values(r, slots)
                 with padding:
-                    for et, arr in zip(ets, r.arrays):
-                        b.store(ir.Constant(storage_type(et), None), _slot_pointer(kb, arr, et, s))
-        b.store(kb.cast_int(s, I32), _slot_pointer(kb, r.positions, None, s))
+                    for s in slots:
+                        for et, arr in zip(ets, r.arrays):
+                            b.store(ir.Constant(storage_type(et), None), _slot_pointer(kb, arr, et, s))
+        for s in slots:
+            b.store(kb.cast_int(s, I32), _slot_pointer(kb, r.positions, None, s))
+
+
+def _load_values(r: _Row, slots: list[ir.Value]) -> None:
+    """The sort operands at a group of slots into shared memory (vector parameter loads first)."""
+    kb, b = r.kb, r.kb.b
+    with r.fe.scope():
+        indices = [r.at(s) for s in slots]
+        for param, k in r.vector_params:
+            for idx, v in zip(indices, load_group(r.fe, param, indices, k)):
+                r.fe.seed(param, idx, v)
+        for s, idx in zip(slots, indices):
+            values = [r.fe.value(op, idx) for op in r.spec.hero.operands]
+            for v, et, arr in zip(values, r.element_types(), r.arrays):
+                b.store(to_storage(b, v, et), _slot_pointer(kb, arr, et, s))
 
 
 def _sorting_network(r: _Row) -> None:
@@ -388,16 +424,22 @@ def _goes_before(r: _Row, x: _Slot, y: _Slot) -> ir.Value:
     return b.select(both_valid, by_comparator, position_first, name="before")
 
 
-def _store_row(r: _Row, outputs: Sequence[tuple[object, ir.Value]]) -> None:
+def _store_row(r: _Row, outputs: Sequence[tuple[Shape, ir.Value]]) -> None:
     """Phase 3: slot ``s < n`` of the sorted arrays to index ``s`` along the sort dim of every
-    fusion output (each one a sort output, ``leaf_outputs``)."""
+    fusion output (each one a sort output, ``leaf_outputs``), a group of adjacent slots as
+    vectors where the output's layout allows (``vectors.chunk``)."""
     kb, spec, b = r.kb, r.spec, r.kb.b
     n = spec.row_length
     ets = r.element_types()
-    with _adjacent_slots(kb, r.tid, spec.slots_per_thread, "store") as s:
-        guard = kb.if_(b.icmp_unsigned("<", s, kb.index(n))) if n < spec.padded else nullcontext()
+    chunks = [chunk(shape, spec.sort_dim, spec.group) for shape, _ in outputs]
+    for slots in _group_slots(kb, r.tid, spec, "store"):
+        guard = kb.if_(b.icmp_unsigned("<", slots[0], kb.index(n))) if n < spec.padded else nullcontext()
         with guard, r.fe.scope():
-            for (shape, ptr), which in zip(outputs, spec.leaf_outputs):
+            for (shape, ptr), which, k in zip(outputs, spec.leaf_outputs, chunks):
                 et = ets[which]
-                v = b.load(_slot_pointer(kb, r.arrays[which], et, s), typ=storage_type(et))
-                store_at_position(r.fe, shape, ptr, r.at(s), s, spec.sort_dim, from_storage(b, v, et))
+                stored = [b.load(_slot_pointer(kb, r.arrays[which], et, s), typ=storage_type(et)) for s in slots]
+                if k > 1:
+                    store_group(r.fe, shape, ptr, r.at(slots[0]), stored, k)
+                    continue
+                for s, v in zip(slots, stored):
+                    store_at_position(r.fe, shape, ptr, r.at(s), s, spec.sort_dim, from_storage(b, v, et))

@@ -24,6 +24,9 @@ from ...elemental.partitioner import partition
 from ...target import Target
 from ...model.thread_maps import expr_delinearize, work_item_map
 from .common import SortAlgorithm, comparator_before, store_at_position
+from .vectors import chunk, group_size, load_group, params_at_operand_index
+
+UNROLL = 4  # adjacent elements of the row each iteration of a thread's walk reads (one vector)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,7 +93,15 @@ def plan_rank_sort(fusion: HloInstruction, device: DeviceInfo, kernel_name: str,
 # ---- emission ------------------------------------------------------------------------------------
 
 def emit_rank_sort(target: Target, spec: SortKernelSpec) -> ir.Module:
-    kernel = open_kernel(target, spec)
+    # the walk along the row reads UNROLL adjacent elements per iteration, as vectors from the
+    # parameters the operands read at their own index (``vectors.py``), where the layout allows
+    group = group_size(spec.row_length, UNROLL)
+    vector_params = [(p, k) for p in params_at_operand_index(spec.hero, spec.dims)
+                     if (k := chunk(p.shape, spec.sort_dim, group)) > 1]
+    if not vector_params:
+        group = 1
+    # seeded vector lanes are looked up in the kernel body: the prologue is emitted inline
+    kernel = open_kernel(target, spec, inline=bool(vector_params))
     kb, b, fe = kernel.kb, kernel.b, kernel.fe
     counter = b.alloca(spec.index_type, name="rank")  # entry block: promoted to a register by O3
     outputs = [(shape, ptr) for (_, shape), ptr in zip(output_leaves(spec.fusion), kernel.outputs)]
@@ -103,12 +114,21 @@ def emit_rank_sort(target: Target, spec: SortKernelSpec) -> ir.Module:
             i = index[spec.sort_dim]
             mine = [fe.value(op, index) for op in spec.hero.operands]
             b.store(kb.index(0), counter)
-            with kb.loop(0, spec.row_length, name="j") as j, fe.scope():
-                other_index = list(index)
-                other_index[spec.sort_dim] = j
-                other = [fe.value(op, other_index) for op in spec.hero.operands]
-                before = _goes_before(kb, spec, other, mine, b.icmp_signed("<", j, i))
-                b.store(b.add(b.load(counter), b.zext(before, spec.index_type)), counter)
+            with kb.loop(0, spec.row_length // group, name="j") as jg, fe.scope():
+                js = [jg] if group == 1 else [b.add(b.mul(jg, kb.index(group)), kb.index(q), name="j.item")
+                                              for q in range(group)]
+                others = []
+                for j in js:
+                    other_index = list(index)
+                    other_index[spec.sort_dim] = j
+                    others.append(other_index)
+                for param, k in vector_params:
+                    for other_index, v in zip(others, load_group(fe, param, others, k)):
+                        fe.seed(param, other_index, v)
+                for j, other_index in zip(js, others):
+                    other = [fe.value(op, other_index) for op in spec.hero.operands]
+                    before = _goes_before(kb, spec, other, mine, b.icmp_signed("<", j, i))
+                    b.store(b.add(b.load(counter), b.zext(before, spec.index_type)), counter)
             rank = b.load(counter, name="rank")
             _store_results(kb, fe, spec, outputs, index, rank, mine)
     return kernel.finish()
