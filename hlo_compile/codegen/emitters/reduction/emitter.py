@@ -22,7 +22,7 @@ from ...analysis.fusion_analysis import ReductionDimensions
 from ...elemental.index_op_table import INDEX_OPS
 from ...kernel import open_kernel
 from ...kernel_builder import NO_WRAP, KernelBuilder
-from ...llvm_types import I8, I32, from_storage, storage_bytes, storage_type
+from ...llvm_types import I8, I32, from_storage, storage_bytes, storage_type, to_storage
 from ...target import Target
 from .spec import ReductionKernelSpec, array_shape, hero_of, output_slots
 
@@ -145,8 +145,11 @@ class ReductionEmitter:
         call inside a guarded scope (every lane in range). As XLA's vectorised loop body
         (``vector.transfer_read``): each fusion parameter read at the lanes' own index is
         loaded once as an aligned ``<v x T>`` vector (``ld.global.nc.v2``/``.v4``) before any
-        arithmetic; the other reads are scalar loads. Then the reducer calls, then the side
-        output stores."""
+        arithmetic, also under a same-type ``bitcast`` of a computed value (``bitcast(mul(p,
+        p))``: XLA's indexing maps see through it, so ``p`` is read as a vector at the
+        bitcast operand's own lanes); the other reads are scalar loads. Then the reducer
+        calls, then the side output stores: one aligned ``<v x T>`` store per side output
+        whose lanes are adjacent (``st.global.v2``/``.v4``, XLA's ``vector.transfer_write``)."""
         v = len(slots)
         if v == 1:
             return self.accumulate(accs, slots[0], first)
@@ -168,13 +171,39 @@ class ReductionEmitter:
                                    for j in range(v)], False)
             return lanes[key][0]
 
+        def adjacent(shape) -> bool:
+            """Whether the lanes' physical offsets in ``shape`` are ``first + j``: any untiled
+            layout (the lanes are the positions ``first + j`` delinearised in physical order,
+            whether they stay in one minor row or not: XLA's flattened buffers vectorise
+            ``f32[8,3,3,3]`` read as ``f32[216]``)."""
+            return not (shape.layout and shape.layout.tiles)
+
         starts = [x for h in self.heroes for x in h.operands[:self.n_inputs[id(h)]]] + list(self.side_roots)
         for inst in starts:
-            idx = lane_indices(array_shape(inst))
-            if lanes[_shape_key(array_shape(inst))][1]:
-                for leaf, param in same_index_parameters(inst):
-                    self._vector_load(leaf, param, idx)
-        self._accumulate_lanes(accs, slots, lane_indices)
+            if adjacent(array_shape(inst)):
+                self._vector_loads(inst, lane_indices, adjacent)
+        self._accumulate_lanes(accs, slots, lane_indices, adjacent)
+
+    def _vector_loads(self, inst: HloInstruction, lane_indices, adjacent) -> None:
+        """The vector loads of the parameters ``inst`` reads at its own lanes
+        (``lane_indices(inst's shape)``, adjacent): directly or through bitcasts of
+        parameters (``same_index_parameters``), and under bitcasts of computed values
+        (``computed_bitcasts``) whose operand's lanes are adjacent too (the same physical
+        offsets: a bitcast keeps the bytes); such a bitcast is
+        seeded with its operand's lane values, so the reads below it use the vectors."""
+        fe = self.fe
+        lanes = lane_indices(array_shape(inst))
+        for leaf, param in same_index_parameters(inst):
+            self._vector_load(leaf, param, lanes)
+        for cast in computed_bitcasts(inst):
+            src = cast.operands[0]
+            if not adjacent(src.shape) or fe.known(cast, lanes[0]):
+                continue
+            self._vector_loads(src, lane_indices, adjacent)
+            src_lanes = lane_indices(src.shape)
+            values = [fe.value(src, i) for i in src_lanes]
+            for idx, val in zip(lanes, values):
+                fe.seed(cast, idx, val)
 
     def _vector_load(self, leaf: HloInstruction, param: HloInstruction, lanes: list) -> None:
         """One ``<v x T>`` load of ``param`` at ``leaf``'s index ``lanes[0]`` (``leaf`` is the
@@ -195,7 +224,10 @@ class ReductionEmitter:
         for j, idx in enumerate(lanes):
             fe.seed(leaf, idx, from_storage(b, b.extract_element(vec, ir.Constant(I32, j)), et))
 
-    def _accumulate_lanes(self, accs: dict, slots: Sequence[int], lane_indices) -> None:
+    def _accumulate_lanes(self, accs: dict, slots: Sequence[int], lane_indices, adjacent=None) -> None:
+        """Fold lane ``j`` (index ``lane_indices(shape)[j]``) into accumulator ``slots[j]``,
+        then write the side outputs: as one vector store where ``adjacent(shape)`` says the
+        lanes are at adjacent physical offsets of the output."""
         b = self.b
         values = []
         for j, slot in enumerate(slots):
@@ -216,9 +248,39 @@ class ReductionEmitter:
                 new = emit_call_computation(b, self.target, h.to_apply, cur + per_hero[id(h)])
                 for a, v in zip(accs[id(h)][slot], new):
                     b.store(v, a)
+        vector = [len(slots) > 1 and adjacent is not None and self._vector_storable(r, adjacent)
+                  for r in self.side_roots]
+        for k, r in enumerate(self.side_roots):
+            if vector[k]:
+                self._vector_store(r, [sides[k][1] for _, _, sides in values], [sides[k][2] for _, _, sides in values])
         for _, _, sides in values:
-            for r, idx, _ in sides:
-                self.store_root(r, idx)
+            for k, (r, idx, _) in enumerate(sides):
+                if not vector[k]:
+                    self.store_root(r, idx)
+
+    def _vector_storable(self, root: HloInstruction, adjacent) -> bool:
+        """Whether side output ``root`` is one untiled array buffer whose lanes are adjacent."""
+        ptrs = self.out_ptrs[id(root)]
+        if len(ptrs) != 1 or ptrs[0][0] is not None:
+            return False
+        shape = ptrs[0][1]
+        return not (shape.layout and shape.layout.tiles) and adjacent(shape)
+
+    def _vector_store(self, root: HloInstruction, lanes: list, values: list) -> None:
+        """One aligned ``<v x T>`` store of side output ``root``'s lane values at ``lanes[0]``
+        (its physical offset is a multiple of v: the lanes are a vector of the normalised
+        shape, whose linear positions are the output's physical offsets)."""
+        b = self.b
+        _, shape, ptr = self.out_ptrs[id(root)][0]
+        et = shape.element_type
+        st = storage_type(et)
+        v = len(lanes)
+        vec: ir.Value = ir.Constant(ir.VectorType(st, v), None)
+        for j, val in enumerate(values):
+            vec = b.insert_element(vec, to_storage(b, val, et), ir.Constant(I32, j))
+        dst = b.gep(ptr, [self.fe.offset(shape, lanes[0])], inbounds=True, source_etype=st)
+        store = b.store(vec, dst)
+        store.align = min(16, v * storage_bytes(et))
 
     def load(self, accs: dict, slot: int) -> dict:
         return {k: [self.b.load(a) for a in v[slot]] for k, v in accs.items()}
@@ -358,6 +420,30 @@ def same_index_parameters(inst: HloInstruction,
             param = _bitcast_source(x)
             if param is not None:
                 out.append((x, param))
+        elif x.opcode in ELEMENTWISE and x.opcode not in INDEX_OPS:
+            stack.extend(x.operands)
+    return out
+
+
+def computed_bitcasts(inst: HloInstruction) -> list[HloInstruction]:
+    """The ``bitcast``s that ``FusedEmitter.value(inst, idx)`` reads at ``idx`` itself (through
+    elementwise ops, as ``same_index_parameters``) whose operand is not a chain of bitcasts of
+    a parameter but a computed array of the same element type, both untiled (``bitcast(mul(p,
+    p))`` of a reduction over a flattened product); ``inst`` itself included."""
+    want = _shape_key(array_shape(inst))
+    out, seen, stack = [], set(), [inst]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen or not x.shape.is_array or _shape_key(x.shape) != want:
+            continue
+        seen.add(id(x))
+        if x.opcode == "bitcast":
+            src = x.operands[0]
+            if (_bitcast_source(x) is None and src.shape.is_array and src.opcode != "parameter"
+                    and src.shape.element_type == x.shape.element_type
+                    and not (x.shape.layout and x.shape.layout.tiles)
+                    and not (src.shape.layout and src.shape.layout.tiles)):
+                out.append(x)
         elif x.opcode in ELEMENTWISE and x.opcode not in INDEX_OPS:
             stack.extend(x.operands)
     return out

@@ -24,6 +24,7 @@ from ...analysis.fusion_analysis import FusionAnalysis, ReductionDimensions, mul
 from ...target import Target
 from .emitter import WARP, ReductionEmitter, normalized_linear
 from .spec import ReductionKernelSpec, ReductionPath, VectorSizeFn
+from .triton_tiling import is_power_of_two, next_power_of_two, triton_tiling
 
 
 def emit_row_kernel(target: Target, spec: ReductionKernelSpec) -> ir.Module:
@@ -97,9 +98,42 @@ def _fold_tile_step(kb, spec: ReductionKernelSpec, e: ReductionEmitter, accs, iz
                 e.accumulate(accs, 0, normalized_linear(kb, spec.rd, iz, y, x))
 
 
+TRITON_MAX_STEPS = 16      # tile steps a thread unrolls; beyond, the native geometry
+
+
+def triton_row_geometry(rd: ReductionDimensions, analysis: FusionAnalysis | None) -> dict | None:
+    """The launch of XLA's Triton kernel for a row reduction it runs with its block-level
+    emitter (``triton_tiling.py``), or None when the fusion has no such config or the row
+    kernel cannot take it: ``nk`` = the tile's rows (consecutive normalised rows), ``nr =
+    threads / nk`` threads per row (a power of two), vector ``v`` = Triton's perThread over the
+    tile's rows x the row padded to a power of two (``ld.global.v4.b32`` where XLA's native rule
+    gives 2), ``tile`` = steps of ``nr·v`` elements (at most ``TRITON_MAX_STEPS``)."""
+    tiling = triton_tiling(analysis)
+    z, y, x = rd.dimensions
+    if tiling is None or z != 1:
+        return None
+    run = tiling.contiguous(y)
+    if run is None:
+        return None
+    rows, padded = run
+    if tiling.threads % rows or not is_power_of_two(tiling.threads // rows):
+        return None
+    nr = tiling.threads // rows
+    v = tiling.per_thread(padded * next_power_of_two(x), x)
+    steps = -(-(x // v) // nr)
+    if steps > TRITON_MAX_STEPS:
+        return None
+    return {"reduce_threads": nr, "kept_threads": rows, "vector_size": v, "tile": steps,
+            "threads": tiling.threads, "blocks": -(-y // rows), "reduced_blocks": 1}
+
+
 def row_geometry(rd: ReductionDimensions, vector_size_fn: VectorSizeFn,
                  analysis: FusionAnalysis | None = None) -> dict:
-    """XLA's row reduction launch: reducing threads, kept-row threads, vector size, tile."""
+    """XLA's row reduction launch: reducing threads, kept-row threads, vector size, tile (of
+    its Triton kernel for a ``__triton`` fusion: ``triton_row_geometry``)."""
+    triton = triton_row_geometry(rd, analysis)
+    if triton is not None:
+        return triton
     _, y, x = rd.dimensions
     nr = min(1024, -((-x // 16) // WARP) * WARP)  # ceil(ceil(x / 16) / WARP) warps
     nk = 1
@@ -115,7 +149,11 @@ def row_geometry(rd: ReductionDimensions, vector_size_fn: VectorSizeFn,
 
 def multi_row_geometry(rd: ReductionDimensions, vector_size_fn: VectorSizeFn,
                        analysis: FusionAnalysis) -> dict:
-    """XLA's ``MultiRowReductionFusion``: rows of ``x / v`` lanes, several rows per warp."""
+    """XLA's ``MultiRowReductionFusion``: rows of ``x / v`` lanes, several rows per warp (of
+    its Triton kernel for a ``__triton`` fusion whose rows need at most a warp)."""
+    triton = triton_row_geometry(rd, analysis)
+    if triton is not None and triton["reduce_threads"] <= WARP:
+        return triton
     v = multi_row_vector_size(rd, analysis.smallest_input_bits, analysis.smallest_output_bits, analysis.device)
     _, y, x = rd.dimensions
     nr = x // v
