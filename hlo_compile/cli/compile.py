@@ -11,18 +11,20 @@ import dataclasses
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from ..driver.dump import SUMMARY, DumpDirectory
 from ..hlo.errors import HloError
-from ..driver.kernel_cache import KernelCache, ResultStore, default_cache_dir
+from ..driver.kernel_cache import KernelCache, default_cache_dir
 from ..options import CompileOptions
 from ..driver.pipeline import STAGES, UNAVAILABLE_STAGES, stage
 from . import common
 from .common import EXIT_ERROR, STDIN, UserError, stderr_is_tty
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..driver.pipeline import CompileRecord
 
 PROG = "hlo-compile"
 
@@ -164,16 +166,10 @@ def main(file: str, dump_to: Path | None, emit: str | None, passes: str | None, 
                       short_form, as_fusion, cache, jobs or default_jobs())
             return
         source = common.read_source(file) if passes is None else None
-        key = None
-        if cache is not None and source is not None and overrides is None:  # an override's result: never cached whole
-            key = ResultStore(cache).key(source[0], _result_flags(checked[0], checked[1], split_input_file, short_form,
-                                                                  as_fusion, dump_to, options)
-                                         + [f"pass_re={dump_pass_re}", f"dump_indexing={dump_indexing}"])
-            if _from_cache(cache, key, output, dump_to):
-                return
         _main(file, dump_to, emit, passes, output, options, platform, input_format, split_input_file, short_form,
-              as_fusion, cache, quiet, source=source, result_key=key, checked=checked, jobs=jobs or default_jobs(),
-              pass_re=pass_re, overrides=overrides, dump_indexing=dump_indexing)
+              as_fusion, cache, quiet, source=source, checked=checked, jobs=jobs or default_jobs(),
+              pass_re=pass_re, overrides=overrides, dump_indexing=dump_indexing,
+              key_flags=[f"pass_re={dump_pass_re}"])
     except UserError as e:
         click.echo(f"{PROG}: error: {e}", err=True)
         sys.exit(e.code)
@@ -255,109 +251,53 @@ def _check_flags(emit, passes, output, arch, platform, input_format, dump_to):
     return stage_name, arch, chosen
 
 
-@dataclass
-class _Record:
-    """What a compile prints and writes: kept whole in the cache for a warm run."""
-
-    outputs: list = field(default_factory=list)    # the printed stage per module (str or the cubin)
-    notes: dict = field(default_factory=dict)      # stage → why it was skipped
-    files: dict = field(default_factory=dict)      # dump file name → its bytes
-    modules: int = 0
-
-
-def _result_flags(stage_name, arch, split_input_file, short_form, as_fusion, dump_to,
-                  options: CompileOptions) -> list[str]:
-    """The flags that decide what a compile prints and dumps (not where it writes it), as
-    text, with the environment the tools are found through (ptxas makes the cubin)."""
-    dump = common.dump_dir(dump_to)
-    env = [f"{v}={os.environ.get(v, '')}" for v in ("HLO_COMPILE_CUDA_HOME", "CUDA_HOME", "CUDA_PATH")]
-    if dump is not None or stage_name == "cubin":
-        env.append(f"PATH={os.environ.get('PATH', '')}")
-    return [f"emit={stage_name}", f"arch={arch}", f"split={split_input_file}", f"short={short_form}",
-            f"as_fusion={as_fusion}", f"dump={dump is not None}", repr(options), *env]
-
-
-def _from_cache(cache: KernelCache, key: str, output: Path | None, dump_to: Path | None) -> bool:
-    """Print and write a stored result (True), or say there is none (False: a damaged or
-    unreadable entry is a miss)."""
-    stored = ResultStore(cache).load(key)
-    if stored is None:
-        return False
-    record = _Record(**stored)
-    dump = common.dump_dir(dump_to)
-    if dump is not None:
-        common.prepare_dump_dir(dump)
-        for name, data in record.files.items():
-            path = (dump / name).resolve()
-            if path.parent != dump.resolve():  # never outside the dump directory
-                return False
-            _write_file(path, data.encode("utf-8") if isinstance(data, str) else data)  # the bytes as written
-    _emit(record, output, dump, max(len(record.files) - 1, 0))
-    return True
-
-
 def _main(file, dump_to, emit, passes, output, options: CompileOptions, platform, input_format, split_input_file,
           short_form, as_fusion, cache: KernelCache | None = None, quiet: bool = True, *,
-          source: tuple[str, str] | None = None, result_key: str | None = None, checked: tuple | None = None,
-          jobs: int = 1, pass_re=None, overrides=None, dump_indexing: str | None = None) -> None:
-    from ..driver.pipeline import run_pipeline
+          source: tuple[str, str] | None = None, checked: tuple | None = None, jobs: int = 1, pass_re=None,
+          overrides=None, dump_indexing: str | None = None, key_flags: list[str] | None = None) -> None:
+    """The compile: ``--passes`` here; otherwise the driver's ``compile_source`` (which reads
+    and keeps the whole result in ``cache``), its output printed and its notes on stderr."""
+    from ..driver.pipeline import ResultReplayError, compile_source
     stage_name, arch, chosen = checked or _check_flags(emit, passes, output, options.arch, platform, input_format,
                                                        dump_to)
     dump_to = common.dump_dir(dump_to) if chosen is None else None
     common.prepare_dump_dir(dump_to)
     options = dataclasses.replace(options, arch=arch)
-    if source is None:
-        modules = common.read_modules(file, split_input_file, as_fusion)
-    else:
-        modules = common.modules_of_text(source[0], source[1], split_input_file, as_fusion)
     if chosen is not None:
         from .pass_list import run_chosen
         outputs: list[str | bytes] = [run_chosen(m, chosen, options).to_text("short" if short_form else "long")
-                                      for m in modules]
+                                      for m in common.read_modules(file, split_input_file, as_fusion)]
         _write_outputs(outputs, output)
         return
-    record = _Record(modules=len(modules))
-    if overrides is not None:  # a file of no module: refused before anything is compiled
-        overrides.check_module_count([m.name for m in modules])
-    dump = DumpDirectory(dump_to) if dump_to is not None else None
-    written: dict[str, Path] = {}
-    for i, module in enumerate(modules):
-        t0 = time.perf_counter()
-        live = None if quiet else Progress(module.name, t0)
-        try:
-            result = run_pipeline(module, options, emit=stage_name or ("hlo" if dump is None else None),
-                                  dump_to=dump, module_index=i, cache=cache, jobs=jobs, progress=live,
-                                  overrides=overrides, dump_indexing=dump_indexing)
-        finally:
-            if live is not None:
-                live.clear()
+    text, name = source if source is not None else common.read_source(file)
+    start = [0.0]
+
+    def progress(module):
+        start[0] = time.perf_counter()
+        return None if quiet else Progress(module.name, start[0])
+
+    def after_module(module, result) -> None:
         if not quiet:
-            _timing_line(result, time.perf_counter() - t0)
+            _timing_line(result, time.perf_counter() - start[0])
         if result.overrides:
             from ..driver.overrides import describe
             common.note(PROG, f"{module.name}: {describe(result.overrides)}")
-        record.notes.update(result.skipped)
         if pass_re is not None and result.writer is not None:  # --xla_dump_hlo_pass_re
             from .pass_list import dump_after_passes
             dump_after_passes(module, result.options, result.writer, pass_re)
-        if result.writer is not None:
-            written.update(result.writer.written)
-        shown = stage_name or "hlo"
-        if shown == "hlo" and short_form:
-            record.outputs.append(result.module.to_text("short"))
-        elif stage_name is not None or dump is None:
-            record.outputs.append(result.artifacts[shown])
-    if overrides is not None:
-        overrides.finish()
-    if dump_to is not None:
-        written.setdefault(SUMMARY, dump_to / SUMMARY)
-        written = {name: path for name, path in written.items() if path.is_file()}
-    _emit(record, output, dump_to, max(len(written) - 1, 0))
-    if cache is not None and result_key is not None:  # (a result over ResultStore.MAX_BYTES is not kept whole)
-        ResultStore(cache).save(result_key, dataclasses.asdict(record), written)
+
+    try:
+        record = compile_source(text, lambda: common.modules_of_text(text, name, split_input_file, as_fusion),
+                                options, emit=stage_name, short_form=short_form, dump_to=dump_to, cache=cache,
+                                key_flags=[f"split={split_input_file}", f"as_fusion={as_fusion}", *(key_flags or [])],
+                                jobs=jobs, progress=progress, after_module=after_module, overrides=overrides,
+                                dump_indexing=dump_indexing)
+    except ResultReplayError as e:
+        raise UserError(str(e)) from None
+    _emit(record, output, dump_to, record.dump_files)
 
 
-def _emit(record: _Record, output: Path | None, dump_to: Path | None, files: int) -> None:
+def _emit(record: CompileRecord, output: Path | None, dump_to: Path | None, files: int) -> None:
     for skipped, why in record.notes.items():
         common.note(PROG, f"stage '{skipped}' skipped: {why}")
     _write_outputs(record.outputs, output)

@@ -242,8 +242,9 @@ def unpack(data: bytes):
 
 # ---- the stores: every lookup and write of an entry ----------------------------------------
 # The driver is the only user of the cache: ``run_pipeline`` lends its per-kernel stages a
-# ``KernelStore`` (``StageEnv.store``) and ``hlo-compile`` keeps its whole result through a
-# ``ResultStore``. No stage computes a key or touches an entry itself.
+# ``KernelStore`` (``StageEnv.store``) and ``pipeline.compile_source`` (what ``hlo-compile``
+# calls) decides when a whole result is looked up and kept, through a ``ResultStore``. No stage
+# and no command computes a key or touches an entry itself.
 
 KERNEL_ENTRY = "kernel-3"  # a kernel's entry under its names: IR, optimised IR, PTX
 CANONICAL_ENTRY = "kernel-canonical-1"  # under its canonical IR (``kernel_names``): optimised IR, PTX
@@ -352,7 +353,7 @@ def _names_text(fusion) -> str:
 
 class ResultStore:
     """Whole ``hlo-compile`` results (what it printed, its notes, its dump files) by the input
-    text and the flags that decide them; results over ``max_bytes`` are not kept (packing a
+    text and the flags that decide them (``pipeline.compile_source``); results over ``max_bytes`` are not kept (packing a
     large model's dump would cost more than the compile it saves)."""
 
     MAX_BYTES = 64 << 20  # Llama 8B's dump is 305 MB, mostly indexing maps: not kept

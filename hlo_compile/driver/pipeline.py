@@ -5,11 +5,14 @@ The stages are in ``driver/stages.py`` (``hlo`` → ``fusions`` → ``indexing``
 ``run_pipeline`` is the only loop that runs them, for ``hlo-compile`` and ``hlo-run`` alike:
 it picks the stages the caller needs (the one to print, a platform's own last stages such as
 the host JIT or loading PTX on the GPU, or all of them for a dump), runs each once in order,
-times it, and alone prints (``artifacts``), dumps (``driver/dump.py``, XLA's names) and, later,
-caches. A stage that cannot run here (no ptxas for ``cubin``) is skipped with the reason,
-and so is every stage after it that reads its artifact; asking for it is an error naming
-the reason. hlo-opt's stage names (``--stage=llvm-before-optimizations``...) are aliases of
-ours (``STAGE_ALIASES``).
+times it, and alone prints (``artifacts``), dumps (``driver/dump.py``, XLA's names) and caches
+(per kernel: a ``KernelStore`` lent to the stages that ask; ``compile_source``, hlo-compile's
+entry point, keeps and reads whole results). The cost model runs once per compile
+(``PipelineResult.cost``): the fusion report and summary.json read the same estimate, made in
+a dump after ptxas has given the kernels' registers. A stage that cannot run here (no ptxas
+for ``cubin``) is skipped with the reason, and so is every stage after it that reads its
+artifact; asking for it is an error naming the reason. hlo-opt's stage names
+(``--stage=llvm-before-optimizations``...) are aliases of ours (``STAGE_ALIASES``).
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .dump import (BEFORE_OPTIMIZATIONS, DumpDirectory, DumpWriter, as_dump_directory, safe_file_name,
                    xla_arch_name)
@@ -29,11 +32,13 @@ from .stages import (SOURCE, STAGES, LazyText, OptimizedKernels, Stage, StageEnv
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..codegen.compiler import ModulePlan
+    from ..codegen.model.perf_model import ModuleEstimate
     from ..hlo import HloModule
 
-__all__ = ["BEFORE_OPTIMIZATIONS", "CompileOptions", "DumpDirectory", "DumpWriter", "PipelineResult", "STAGES",
-           "STAGE_ALIASES", "STAGE_NAMES", "Stage", "StageOutput", "StageUnavailable", "UNAVAILABLE_STAGES",
-           "dump_source", "run_pipeline", "safe_file_name", "split_ptx", "stage", "summary", "xla_arch_name"]
+__all__ = ["BEFORE_OPTIMIZATIONS", "CompileOptions", "CompileRecord", "DumpDirectory", "DumpWriter", "PipelineResult",
+           "ResultReplayError", "STAGES", "STAGE_ALIASES", "STAGE_NAMES", "Stage", "StageOutput", "StageUnavailable",
+           "UNAVAILABLE_STAGES", "compile_source", "dump_source", "result_flags", "run_pipeline", "safe_file_name",
+           "split_ptx", "stage", "summary", "xla_arch_name"]
 
 STAGE_NAMES = [s.name for s in STAGES]
 # hlo-opt's stage names (``--stage=``) → ours. hlo-opt's bare ``llvm`` is after optimizations;
@@ -94,6 +99,23 @@ class PipelineResult:
     writer: DumpWriter | None = None                                # the dump's files, when dumping
     summary: dict | None = None                                     # summary.json, when dumping
     overrides: dict[str, str] = field(default_factory=dict)         # kernel → the override file it came from
+    _cost: Any = field(default=None, repr=False)                    # ``cost()``'s estimate, once made
+
+    def cost(self, plan: ModulePlan | None = None) -> ModuleEstimate | None:
+        """The cost model's estimate of the planned kernels and library calls (of ``plan``, by
+        default the ``fusions`` stage's), made once, on first use, and read by both the fusion
+        report and summary.json: with ptxas's registers and static shared memory when the
+        ``cubin`` stage has run by then (in a dump the driver asks for it only after our
+        stages), else with the model's own figures. None without a plan."""
+        if self._cost is None:
+            plan = plan if plan is not None else self.values.get("fusions")
+            if plan is None:
+                return None
+            from ..codegen.model.perf_model import cost_device, estimate_module
+            cubin = self.values.get("cubin")
+            self._cost = estimate_module(plan, cost_device(self.options.device, plan.device),
+                                         cubin.kernels if cubin is not None else {}, self.options.dot_tensor_cores)
+        return self._cost
 
     @property
     def module(self) -> HloModule | None:
@@ -164,10 +186,14 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
             raise HloUnsupportedError(f"stage '{s.name}' is not available: {detail}")
         result.skipped[s.name], details[s.name] = why, detail
 
+    # the fusion report reads the cost model's one estimate (``PipelineResult.cost``): in a dump
+    # it is made and written with summary.json, once ptxas's registers are known
+    report: list[tuple[Stage, StageOutput]] = []
+    finished = False
     try:
         for s in order:
             if dump is not None and s.dump_suffix is None and result.summary is None:
-                _summarise(dump, result)  # before the platform's stages: what hlo-compile writes
+                _summarise(dump, result, report, REPORT_STAGE in required)  # before the platform's stages
             missing = next((n for n in s.needs if n not in values), None)
             if missing in result.skipped:  # an earlier stage could not run here: nor can this one
                 cannot_run(s, result.skipped[missing], details[missing])
@@ -181,13 +207,17 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
             try:
                 out = _run_stage(s, options, [values[n] for n in s.needs], result, env,
                                  only if s.dump_on_request and s is not wanted else None)
+                deferred = s.name == REPORT_STAGE and out.text is not None
+                if deferred:
+                    out.text = _report_text(result, out.value)
                 if overrides is not None and s.name == "fusions":
                     _bind_overrides(overrides, module, module_index, out, result, env)
+                deferred = deferred and result.writer is not None  # made with summary.json
                 streamed = (isinstance(out.text, StreamedText) and result.writer is not None
                             and s.dump_suffix is not None and s is not wanted)
                 if streamed:  # dumped piece by piece, never whole: here, where its failure is this stage's
                     result.writer.write(s.dump_suffix, out.text.chunks())
-                elif isinstance(out.text, LazyText) and (result.writer is not None or s is wanted):
+                elif isinstance(out.text, LazyText) and (result.writer is not None or s is wanted) and not deferred:
                     out.text()  # printed or dumped: made here, where its failure is this stage's
             except StageUnavailable as e:
                 cannot_run(s, str(e), e.detail)
@@ -199,12 +229,26 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
                 continue
             _record(result, s, out, time.perf_counter() - t0)
             values[s.name] = out.value
-            if result.writer is not None and s.dump_suffix is not None and not streamed:
+            if deferred:
+                report.append((s, out))
+            elif result.writer is not None and s.dump_suffix is not None and not streamed:
                 _write_stage(result.writer, s, out)
+        finished = True
     finally:
-        if dump is not None and result.summary is None:
-            _summarise(dump, result)
+        if dump is not None and result.summary is None:  # (after a failure: what there is, never a second error)
+            _summarise(dump, result, report, finished and REPORT_STAGE in required)
     return result
+
+
+REPORT_STAGE = "fusions"  # the stage whose text is the fusion report (with the cost model's estimate)
+
+
+def _report_text(result: PipelineResult, plan: ModulePlan) -> LazyText:
+    """The fusion report of ``plan`` with ``result.cost``'s estimate, made when first read."""
+    def make() -> str:
+        from ..codegen.report import fusion_report_text
+        return fusion_report_text(plan, result.cost(plan))
+    return LazyText(make)
 
 
 def _bind_overrides(spec, module: HloModule, index: int, out: StageOutput, result: PipelineResult,
@@ -251,7 +295,19 @@ def _write_stage(writer: DumpWriter, s: Stage, out: StageOutput) -> None:
         writer.write(s.dump_suffix, text, kernel=kernel)
 
 
-def _summarise(dump: DumpDirectory, result: PipelineResult) -> None:
+def _summarise(dump: DumpDirectory, result: PipelineResult, report: list[tuple[Stage, StageOutput]],
+               strict: bool) -> None:
+    """The fusion report held back until now (``report``: made here, after ptxas, with the
+    estimate summary.json reads; its error raised when ``strict``, else kept in
+    ``dump_errors``), then summary.json."""
+    while report:
+        s, out = report.pop()
+        try:
+            _write_stage(result.writer, s, out)
+        except HloError as e:
+            if strict:
+                raise
+            result.dump_errors[s.name] = e.message
     result.summary = summary(result)
     dump.add_summary(result.writer, result.summary)
 
@@ -265,16 +321,14 @@ def dump_source(module: HloModule, dump_to: Path | DumpDirectory, module_index: 
 
 
 def summary(result: PipelineResult) -> dict:
-    """summary.json (DESIGN §5)."""
-    from ..codegen.model.perf_model import cost_device, estimate_module
+    """summary.json (DESIGN §5); its estimates are ``result.cost()``, the fusion report's."""
     from ..codegen.report import FFT_LIBRARY, FFT_REASON, fft_calls
     from ..hlo.calls.library_targets import library_reason
     kernels = []
     cubin = result.values.get("cubin")
     resources = cubin.kernels if cubin is not None else {}
     plan = result.values.get("fusions")
-    cost = None if plan is None else estimate_module(
-        plan, cost_device(result.options.device, plan.device), resources, result.options.dot_tensor_cores)
+    cost = result.cost()
     # each fusion's own estimate (a reused kernel's figures under the fusion's buffer names)
     own_estimate = {e.fusion: e for e in cost.kernels} if cost is not None else {}
     not_estimated = dict(cost.not_estimated) if cost is not None else {}  # name → why (left out of the total)
@@ -313,6 +367,116 @@ def summary(result: PipelineResult) -> dict:
             "stages": list(result.artifacts), "skipped_stages": result.skipped,
             "stage_seconds": {k: round(v, 6) for k, v in result.module_seconds.items()},
             "cost_model": cost.summary_fields() if cost is not None else None}
+
+
+# ---- a whole compile, through the result cache --------------------------------------------------
+
+@dataclass
+class CompileRecord:
+    """What a compile of one input prints and writes, kept whole in the cache for a warm run
+    (``compile_source``)."""
+
+    outputs: list = field(default_factory=list)    # the printed stage per module (str, or the cubin's bytes)
+    notes: dict = field(default_factory=dict)      # stage → why it was skipped
+    files: dict = field(default_factory=dict)      # dump file name → its bytes (as stored; a cold run's are on disk)
+    modules: int = 0
+    from_cache: bool = False                       # read whole from the cache: nothing parsed or compiled
+    dump_files: int = 0                            # the modules' dump files (the directory's summary.json not counted)
+
+
+class ResultReplayError(Exception):
+    """A stored result's dump file could not be written (the message names the file)."""
+
+
+def result_flags(options: CompileOptions, emit: str | None, short_form: bool, dump: bool,
+                 dump_indexing: str | None) -> list[str]:
+    """What decides a compile's output besides the input text and the caller's reading of it: the
+    stage printed, the form, whether it dumps (not where), the options and the environment the
+    tools are found through (PATH: ptxas makes the cubin)."""
+    import os
+    env = [f"{v}={os.environ.get(v, '')}" for v in ("HLO_COMPILE_CUDA_HOME", "CUDA_HOME", "CUDA_PATH")]
+    if dump or emit == "cubin":
+        env.append(f"PATH={os.environ.get('PATH', '')}")
+    return [f"emit={emit}", f"short={short_form}", f"dump={dump}", f"dump_indexing={dump_indexing}",
+            repr(options), *env]
+
+
+def compile_source(text: str | None, parse: Callable[[], list[HloModule]], options: CompileOptions, *,
+                   emit: str | None = None, short_form: bool = False, dump_to: Path | None = None,
+                   cache: KernelCache | None = None, key_flags: Sequence[str] = (), jobs: int = 1,
+                   progress: Callable[[HloModule], Any] | None = None,
+                   after_module: Callable[[HloModule, PipelineResult], None] | None = None,
+                   overrides=None, dump_indexing: str | None = None) -> CompileRecord:
+    """``hlo-compile``'s whole compile of an input: every module ``parse()`` gives through
+    ``run_pipeline`` (printing ``emit``, by default the module after passes, in the short form
+    with ``short_form``; dumping into ``dump_to``, which exists), or, with a ``cache``, the
+    stored result of the same ``text`` and flags (``result_flags`` and the caller's
+    ``key_flags``: what decides how ``parse`` reads ``text``), its dump files written again,
+    without parsing or compiling. A cold result is stored whole (``ResultStore``: not one over
+    its ``MAX_BYTES``, nor one with ``overrides``, whose files are not in the key).
+
+    ``progress(module)``: the module's progress callback for ``run_pipeline`` (its ``clear()``,
+    if it has one, called after); ``after_module(module, result)``: after each module compiled."""
+    from .kernel_cache import ResultStore
+    from .dump import SUMMARY
+    store = ResultStore(cache if text is not None and overrides is None else None)
+    key = store.key(text or "", result_flags(options, emit, short_form, dump_to is not None, dump_indexing)
+                    + list(key_flags))
+    stored = store.load(key)
+    if stored is not None and _replay(stored["files"], dump_to):
+        return CompileRecord(**stored, from_cache=True, dump_files=max(len(stored["files"]) - 1, 0))
+    modules = parse()
+    record = CompileRecord(modules=len(modules))
+    if overrides is not None:  # a file of no module: refused before anything is compiled
+        overrides.check_module_count([m.name for m in modules])
+    dump = DumpDirectory(dump_to) if dump_to is not None else None
+    written: dict[str, Path] = {}
+    for i, module in enumerate(modules):
+        live = progress(module) if progress is not None else None
+        try:
+            result = run_pipeline(module, options, emit=emit or ("hlo" if dump is None else None), dump_to=dump,
+                                  module_index=i, cache=cache, jobs=jobs, progress=live, overrides=overrides,
+                                  dump_indexing=dump_indexing)
+        finally:
+            clear = getattr(live, "clear", None)
+            if clear is not None:
+                clear()
+        if after_module is not None:
+            after_module(module, result)
+        record.notes.update(result.skipped)
+        if result.writer is not None:
+            written.update(result.writer.written)
+        shown = emit or "hlo"
+        if shown == "hlo" and short_form:
+            record.outputs.append(result.module.to_text("short"))
+        elif emit is not None or dump is None:
+            record.outputs.append(result.artifacts[shown])
+    if overrides is not None:
+        overrides.finish()
+    if dump_to is not None:
+        written.setdefault(SUMMARY, dump_to / SUMMARY)
+        written = {name: path for name, path in written.items() if path.is_file()}
+    record.dump_files = max(len(written) - 1, 0)
+    store.save(key, {f: getattr(record, f) for f in ("outputs", "notes", "files", "modules")}, written)
+    return record
+
+
+def _replay(files: dict[str, str | bytes], dump_to: Path | None) -> bool:
+    """A stored result's dump ``files`` written into ``dump_to`` (False, a miss, for a name
+    that would leave it)."""
+    if dump_to is None:
+        return True
+    root = dump_to.resolve()
+    paths = {name: (dump_to / name).resolve() for name in files}
+    if any(path.parent != root for path in paths.values()):  # never outside the dump directory
+        return False
+    for name, path in paths.items():
+        data = files[name]
+        try:
+            path.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)  # the bytes as written
+        except OSError as e:
+            raise ResultReplayError(f"cannot write {path}: {e.strerror or e}") from None
+    return True
 
 
 def fusions_plan(module: HloModule, options: CompileOptions | None = None) -> ModulePlan:
