@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..hlo.errors import HloUnsupportedError
 from ..options import CompileOptions
 from .common import UserError
 
@@ -83,7 +82,8 @@ def fusion_stage_text(module, name: str, stage_name: str, options: CompileOption
     if stage_name in ("indexing", "indexing-json"):
         return _indexing_text(module, name, stage_name, options)
     from ..hlo.extract import find_kernel, kernel_not_found
-    from ..driver.pipeline import run_pipeline
+    from ..driver.pipeline import run_kernel_stages, run_pipeline
+    from ..driver.stages import text_of
     result = run_pipeline(module, options, emit="fusions", cache=cache, jobs=jobs)
     plan = result.plan
     k = find_kernel(plan, name)
@@ -93,7 +93,7 @@ def fusion_stage_text(module, name: str, stage_name: str, options: CompileOption
         return report_block(result.artifacts["fusions"], k.fusion.name)
     owner = k if k.reuses is None else next(p for p in plan.kernels if p.fusion.name == k.reuses)
     one = dataclasses.replace(plan, kernels=[owner], _by_fusion={})
-    return _run_kernel_stages(one, stage_name, options, cache, jobs)
+    return text_of(run_kernel_stages(one, stage_name, options, cache, jobs))
 
 
 def report_block(report: str, fusion: str) -> str:
@@ -126,31 +126,3 @@ def _indexing_text(module, name: str, stage_name: str, options: CompileOptions) 
     if stage_name == "indexing":
         return "".join(indexing_report_text_pieces(one))
     return "".join(indexing_report_json_pieces(one)) + "\n"
-
-
-def _run_kernel_stages(plan, stage_name: str, options: CompileOptions, cache, jobs: int) -> str | bytes:
-    """The stages after ``fusions`` up to ``stage_name`` on ``plan``, as the driver runs them."""
-    from ..driver.kernel_cache import KernelStore
-    from ..driver.stages import STAGES, StageEnv, StageUnavailable, text_of
-    by_name = {s.name: s for s in STAGES}
-    needed, todo = set(), [stage_name]
-    while todo:
-        n = todo.pop()
-        if n in needed or n not in by_name or n in ("fusions", "hlo"):
-            continue
-        needed.add(n)
-        todo.extend(by_name[n].needs)
-    env = StageEnv(KernelStore(cache, options) if cache is not None else None, jobs)
-    values: dict = {"fusions": plan}
-    text = None
-    for s in STAGES:
-        if s.name not in needed:
-            continue
-        inputs = [values[n] for n in s.needs]
-        try:
-            out = s.run(options, *inputs, env=env) if s.uses_env else s.run(options, *inputs)
-        except StageUnavailable as e:
-            raise HloUnsupportedError(f"stage '{s.name}' is not available: {e.detail}") from None
-        values[s.name] = out.value
-        text = out.text
-    return text_of(text)

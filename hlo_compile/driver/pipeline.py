@@ -243,6 +243,37 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
 REPORT_STAGE = "fusions"  # the stage whose text is the fusion report (with the cost model's estimate)
 
 
+def run_kernel_stages(plan: ModulePlan, stage_name: str, options: CompileOptions, cache: KernelCache | None = None,
+                      jobs: int = 1) -> Any:
+    """The text of stage ``stage_name`` made from an already planned ``plan`` (``hlo-compile
+    --fusion=NAME``: the module's plan cut down to one kernel): the stages after ``fusions`` it
+    needs, in ``STAGES`` order, with a ``KernelStore`` of ``cache`` as ``run_pipeline`` lends it.
+    HloUnsupportedError when one of them cannot run here."""
+    by_name = {s.name: s for s in STAGES}
+    needed: set[str] = set()
+    todo = [stage_name]
+    while todo:
+        n = todo.pop()
+        if n in needed or n not in by_name or n in (REPORT_STAGE, "hlo"):
+            continue
+        needed.add(n)
+        todo.extend(by_name[n].needs)
+    env = StageEnv(KernelStore(cache, options) if cache is not None else None, jobs)
+    values: dict[str, Any] = {REPORT_STAGE: plan}
+    text = None
+    for s in STAGES:
+        if s.name not in needed:
+            continue
+        inputs = [values[n] for n in s.needs]
+        try:
+            out = s.run(options, *inputs, env=env) if s.uses_env else s.run(options, *inputs)
+        except StageUnavailable as e:
+            raise HloUnsupportedError(f"stage '{s.name}' is not available: {e.detail}") from None
+        values[s.name] = out.value
+        text = out.text
+    return text
+
+
 def _report_text(result: PipelineResult, plan: ModulePlan) -> LazyText:
     """The fusion report of ``plan`` with ``result.cost``'s estimate, made when first read."""
     def make() -> str:
