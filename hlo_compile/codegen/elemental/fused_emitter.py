@@ -28,6 +28,7 @@ from .affine import AffineEmitter
 from .scalar_ops import emit_constant_scalar, emit_scalar_op
 from ..errors import unsupported
 from .index_op_table import INDEX_OPS
+from .index_ops import mapped_operand_index
 from ..kernel_builder import KernelBuilder
 from ..llvm_types import PTR, compute_type, from_storage, storage_type, to_storage, to_storage_constant
 from .partitioner import PartitionedComputation, Subgraph
@@ -99,6 +100,78 @@ def branch_arms_explode(computation) -> bool:
     return total > _ARM_LIMIT and total > _ARM_FACTOR * len(insts)
 
 
+_MAPPED = frozenset({"copy", "reshape", "bitcast", "transpose", "slice", "reverse", "convert", "bitcast-convert"})
+_MOVES = frozenset({"parameter", "bitcast", "reshape", "transpose", "slice", "broadcast", "copy", "convert",
+                    "bitcast-convert"})
+# elementwise ops whose operands ``prefetch`` does not read early: a select's arms may be
+# read out of their condition's range only as values, but keeping them lazy keeps registers
+_NOT_PREFETCHED_THROUGH = frozenset({"select", "clamp"})
+
+
+_PREFETCH_VISITS = 256   # (instruction, index) pairs one ``prefetch`` visits at most
+
+
+def _unit_dims_only(inst: HloInstruction) -> bool:
+    """A bitcast or reshape whose operand has the same non-unit dims in the same order, both
+    in the default layout (its operand index is its index with unit dims added or dropped)."""
+    if inst.opcode not in ("bitcast", "reshape") or not inst.shape.is_array:
+        return False
+    src, dst = inst.operands[0].shape, inst.shape
+    if src.element_type != dst.element_type:
+        return False
+    if [n for n in src.dimensions if n != 1] != [n for n in dst.dimensions if n != 1]:
+        return False
+    return all(tuple(s.minor_to_major) == tuple(range(s.rank - 1, -1, -1)) for s in (src, dst))
+
+
+def _moves_parameter_data(inst: HloInstruction, memo: dict[int, bool]) -> bool:
+    """Whether ``inst`` only moves (and converts) the data of fusion parameters: every node
+    below it is a parameter or one of ``_MOVES`` (``memo``: by instruction id)."""
+    cached = memo.get(id(inst))
+    if cached is not None:
+        return cached
+    ok = inst.opcode in _MOVES and (inst.opcode == "parameter" or (
+        bool(inst.operands) and all(_moves_parameter_data(o, memo) for o in inst.operands)))
+    memo[id(inst)] = ok
+    return ok
+
+
+_FOLDED = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+           "udiv": lambda a, b: a // b if b else None, "urem": lambda a, b: a % b if b else None,
+           "shl": lambda a, b: a << b, "lshr": lambda a, b: a >> b, "and": lambda a, b: a & b,
+           "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b}
+
+
+def _constant_value(x: ir.Value, depth: int = 8) -> int | None:
+    """The unsigned value of an integer index that is a constant or unsigned arithmetic on
+    constants (index maps add a slice's start to a constant 0 as an instruction)."""
+    if not isinstance(x.type, ir.IntType):
+        return None
+    if isinstance(x, ir.Constant):
+        return x.constant % (1 << x.type.width) if isinstance(x.constant, int) else None
+    fold = _FOLDED.get(getattr(x, "opname", ""))
+    if fold is None or depth == 0 or len(x.operands) != 2:
+        return None
+    a, b = (_constant_value(o, depth - 1) for o in x.operands)
+    if a is None or b is None:
+        return None
+    v = fold(a, b)
+    if v is None or v < 0 or v >= 1 << x.type.width:   # wrapped: leave it to the load
+        return None
+    return v
+
+
+def _constant_index(index: Sequence[ir.Value], dims: Sequence[int]) -> tuple[int, ...] | None:
+    """``index`` as integers where every component is a constant within ``dims``."""
+    out = []
+    for x, n in zip(index, dims):
+        v = _constant_value(x)
+        if v is None or not 0 <= v < n:
+            return None
+        out.append(v)
+    return tuple(out) if len(out) == len(dims) else None
+
+
 class FusedEmitter:
     """Emits the instructions of one fused computation for one kernel."""
 
@@ -123,6 +196,10 @@ class FusedEmitter:
         self.inline = inline or flattening_explodes(part)
         self._arms_explode: bool | None = None
         self.injected: dict[HloInstruction, Callable[[Sequence[ir.Value]], object]] = {}
+        self._entry_loads: dict[tuple, ir.Value] = {}
+        # read every element a root needs through data movement first (see ``prefetch``)
+        self.prefetch_moves = False
+        self._moves_memo: dict[int, bool] = {}
 
     def inject(self, inst: HloInstruction, value_at: Callable[[Sequence[ir.Value]], object]) -> None:
         """Make ``value_at(index)`` the value of ``inst`` (e.g. a hero read back from shared
@@ -237,11 +314,36 @@ class FusedEmitter:
             raise unsupported(inst, "tuple-shaped fusion parameters are not supported")
         et = inst.shape.element_type
         b = self.kb.b
+        consts = _constant_index(index, inst.shape.dimensions)
+        if consts is not None:
+            return self._entry_load(inst, consts)
         ptr = b.gep(self.param_ptrs[inst.parameter_number], [self.offset(inst.shape, index)],
                     inbounds=True, source_etype=storage_type(et))
         load = b.load(ptr, typ=storage_type(et))
         self.target.mark_invariant(load)
         return from_storage(b, load, et)
+
+    def _entry_load(self, inst: HloInstruction, index: tuple[int, ...]) -> ir.Value:
+        """A parameter element at a constant in-bounds index, loaded once in the current
+        function's entry block: the fusion's parameters are read-only, so the load can be
+        speculated out of the branches (concatenate, pad, select arms) that each read it, and
+        loads of neighbouring constant indices then sit together in one block, where LLVM
+        merges them into one vector load (``ld.global.nc.v2.b64`` of a u64[2] key)."""
+        b = self.kb.b
+        key = (id(b.function), inst.parameter_number, index)
+        hit = self._entry_loads.get(key)
+        if hit is not None:
+            return hit
+        et = inst.shape.element_type
+        with b.goto_entry_block():
+            consts = [ir.Constant(self.kb.index_type, i) for i in index]
+            ptr = b.gep(self.param_ptrs[inst.parameter_number], [self.offset(inst.shape, consts)],
+                        inbounds=True, source_etype=storage_type(et))
+            load = b.load(ptr, typ=storage_type(et))
+            self.target.mark_invariant(load)
+            v = from_storage(b, load, et)
+        self._entry_loads[key] = v
+        return v
 
     def store(self, shape, ptr: ir.Value, index: Sequence[ir.Value], value: ir.Value,
               offset: ir.Value | None = None) -> None:
@@ -303,6 +405,53 @@ class FusedEmitter:
         key = ("preload", id(sg), self._key(root, index)[1])
         if self._lookup(key) is None:
             self.scopes[-1][key] = [self.load_parameter(p, index) for p in self.part.reads_at_root_index(sg)]
+
+    def prefetch(self, inst: HloInstruction, index: Sequence[ir.Value]) -> None:
+        """Emit now, before any arithmetic, the parts of ``inst`` at ``index`` that only move
+        parameter data (slices, bitcasts, transposes, broadcasts, converts of parameters),
+        reached through elementwise ops. Emitted where first used, an element's reads land in
+        the blocks its arithmetic splits into (the branches of a ``sin``), and LLVM merges
+        loads of adjacent elements (the even and odd slices of a rotary embedding: one 32-bit
+        load of two bf16) only within one block. The values are cached, so the later emission
+        reuses them."""
+        seen: set = set()
+
+        def walk(x: HloInstruction, idx: Sequence[ir.Value]) -> None:
+            sg = self.part.subgraph_of.get(x)
+            foreign = not self.inline and sg is not self.current   # another subgraph's function
+            key = self._key(x, idx)
+            if key in seen or x in self.injected or not x.shape.is_array:
+                return
+            seen.add(key)
+            if _moves_parameter_data(x, self._moves_memo):
+                if foreign and x.opcode != "parameter" and (sg is None or x not in sg.roots):
+                    return
+                if x.opcode != "parameter" or _constant_index(idx, x.shape.dimensions) is None:
+                    self.value(x, idx)
+                return
+            if foreign:
+                return
+            if len(seen) > _PREFETCH_VISITS:
+                return
+            if x.opcode in _MAPPED:
+                # an element of the operand: followed through converts and through bitcasts and
+                # reshapes that only add or drop unit dims (no index arithmetic that another
+                # path would reach the same element by, structurally different)
+                if x.opcode in ("convert", "bitcast-convert") or _unit_dims_only(x):
+                    walk(x.operands[0], mapped_operand_index(self, x, idx))
+                return
+            if x.opcode == "broadcast":
+                walk(x.operands[0], [idx[d] for d in x.dimensions])
+                return
+            if x.opcode in ELEMENTWISE and x.opcode not in _NOT_PREFETCHED_THROUGH:
+                for op in x.operands:
+                    if op.shape.rank != len(idx):
+                        continue
+                    dims = op.shape.dimensions
+                    if any(d == 1 and o != 1 for d, o in zip(dims, x.shape.dimensions)):
+                        continue
+                    walk(op, idx)
+        walk(inst, index)
 
     def _call_subgraph(self, sg: Subgraph, index: Sequence[ir.Value]) -> list:
         """One call of ``sg``'s function per index and scope; its value per root."""
@@ -366,6 +515,9 @@ class FusedEmitter:
         for p, arg in zip(pre, fn.args[len(self.params) + len(dims):]):
             self.scopes[0][self._key(p, index)] = arg
         leaves: list[ir.Value] = []
+        if self.prefetch_moves:
+            for r in sg.roots:
+                self.prefetch(r, index)
         for r in sg.roots:
             v = self.value(r, index)
             leaves += v if isinstance(v, list) else [v]

@@ -52,10 +52,18 @@ def _domain_condition(fe, ae: AffineEmitter, m: IndexingMap, out_dims: Sequence[
     return conds + wide.in_bounds(m.constraints)
 
 
+def mapped_operand_index(fe, inst, index: Sequence[ir.Value]) -> list[ir.Value]:
+    """The operand index of a copy, reshape, bitcast, transpose, slice or reverse at ``index``
+    (a convert's: ``index`` itself)."""
+    if inst.opcode in ("convert", "bitcast-convert"):
+        return list(index)
+    m = _single_map(fe, inst)
+    return _emitter(fe, index, m).emit_all(m.exprs)
+
+
 @index_op("copy", "reshape", "bitcast", "transpose", "slice", "reverse")
 def _mapped(fe, inst, index):
-    m = _single_map(fe, inst)
-    v = fe.value(inst.operands[0], _emitter(fe, index, m).emit_all(m.exprs))
+    v = fe.value(inst.operands[0], mapped_operand_index(fe, inst, index))
     src, dst = inst.operands[0].shape.element_type, inst.shape.element_type
     if src != dst:  # a bitcast may also reinterpret the element type (same bit width)
         v = _reinterpret(fe.kb.b, v, src, dst)
@@ -171,14 +179,19 @@ def _concatenate(fe, inst, index):
             v = fe.kb.b.select(fe.kb.all_of(conds), vals[k], v)
         return v
 
+    def arm(k: int, ae: AffineEmitter):
+        idx = ae.emit_all(maps[k].exprs)
+        if fe.prefetch_moves:   # the arm's parameter reads together, where they can merge
+            fe.prefetch(inst.operands[k], idx)
+        return fe.value(inst.operands[k], idx)
+
     def pick(k: int):
         m = maps[k]
         ae = _emitter(fe, index, m)
         if k == len(maps) - 1:
-            return fe.value(inst.operands[k], ae.emit_all(m.exprs))
+            return arm(k, ae)
         conds = _domain_condition(fe, ae, m, inst.shape.dimensions)
-        return fe.branch(fe.kb.all_of(conds), lambda: fe.value(inst.operands[k], ae.emit_all(m.exprs)),
-                         lambda: pick(k + 1))
+        return fe.branch(fe.kb.all_of(conds), lambda: arm(k, ae), lambda: pick(k + 1))
     return pick(0)
 
 
@@ -251,25 +264,57 @@ def _start_index_at(fe, indices: HloInstruction, idx: Sequence[ir.Value], limit:
 
 UNROLLED_REDUCE_ELEMENTS = 64   # an elemental reduce over at most this many elements: no loop
 _UNROLLED_OPERAND_NODES = 16    # ... whose operands' computation is at most this many instructions
+_UNROLLED_NODES = UNROLLED_REDUCE_ELEMENTS * _UNROLLED_OPERAND_NODES   # ... or, over nested reduces, in all
 _NOT_UNROLLED_INSIDE = frozenset({"reduce", "reduce-window", "dot", "convolution", "scatter", "sort", "while",
                                   "call", "conditional", "select-and-scatter"})
 
 
-def _cheap_to_unroll(operands: Sequence[HloInstruction]) -> bool:
-    """Whether the instructions computing ``operands`` inside the fusion are few and hold no loop
-    of their own: unrolling a reduce copies them once per element, so a reduce over another
-    unrolled reduce would multiply (an associative scan's levels grew 4x per level)."""
+def _cheap_to_unroll(operands: Sequence[HloInstruction], elements: int) -> bool:
+    """Whether a reduce over ``elements`` elements of ``operands`` is unrolled: the
+    instructions computing the operands inside the fusion are few and hold no loop of their
+    own (unrolling copies them once per element); a short reduce among them (unrolled in
+    turn) counts as its elements times its own operands' instructions, so a reduce over an
+    unrolled reduce unrolls while the whole stays within ``_UNROLLED_NODES`` (a scan's levels
+    multiply and soon exceed it; n-body's 12 x 3 pairwise sums do not, as in XLA's kernels)."""
+    return _unrolls(_unrolled_cost(operands), elements)
+
+
+def _unrolls(cost: tuple[int, bool] | None, elements: int) -> bool:
+    if cost is None:
+        return False
+    nodes, nested = cost
+    return nodes <= _UNROLLED_OPERAND_NODES or (nested and elements * nodes <= _UNROLLED_NODES)
+
+
+def _unrolled_cost(operands: Sequence[HloInstruction]) -> tuple[int, bool] | None:
+    """(instructions emitted for one element of ``operands``, whether a nested reduce is among
+    them), or None where a loop that is not unrolled is among them."""
     seen: set[int] = set()
     todo = list(operands)
+    nodes, nested = 0, False
     while todo:
         inst = todo.pop()
         if id(inst) in seen or inst.opcode == "parameter" or inst.opcode == "constant":
             continue
         seen.add(id(inst))
-        if inst.opcode in _NOT_UNROLLED_INSIDE or len(seen) > _UNROLLED_OPERAND_NODES:
-            return False
-        todo.extend(inst.operands)
-    return True
+        if inst.opcode == "reduce":
+            n = len(inst.operands) // 2
+            reduced = inst.operands[0].shape.dimensions
+            count = math.prod(reduced[d] for d in inst.dimensions)
+            inner = _unrolled_cost(inst.operands[:n])
+            if count > UNROLLED_REDUCE_ELEMENTS or inner is None or not _unrolls(inner, count):
+                return None
+            nodes += 1 + count * inner[0]
+            nested = True
+            todo.extend(inst.operands[n:])
+        elif inst.opcode in _NOT_UNROLLED_INSIDE:
+            return None
+        else:
+            nodes += 1
+            todo.extend(inst.operands)
+        if nodes > _UNROLLED_NODES:
+            return None
+    return nodes, nested
 
 
 @index_op("reduce")
@@ -309,8 +354,8 @@ def _reduce(fe, inst, index):
                 nest(k + 1)
     # a short reduction unrolled in full, as XLA's kernels have it (every load independent, in
     # flight at once; the reducer still applied in the same order)
-    unroll = (math.prod(in_dims[d] for d in reduced) <= UNROLLED_REDUCE_ELEMENTS
-              and _cheap_to_unroll(inst.operands[:n]))
+    elements = math.prod(in_dims[d] for d in reduced)
+    unroll = elements <= UNROLLED_REDUCE_ELEMENTS and _cheap_to_unroll(inst.operands[:n], elements)
     nest(0)
     out = [b.load(a) for a in accs]
     return out if n > 1 else out[0]
@@ -391,8 +436,8 @@ def _reduce_window(fe, inst, index):
                 window[k] = iv
                 nest(k + 1)
     # a small window unrolled in full (as ``_reduce``; positions still skipped where excluded)
-    unroll = (math.prod(hi - lo + 1 for lo, hi in m.ranges) <= UNROLLED_REDUCE_ELEMENTS
-              and _cheap_to_unroll(inst.operands[:n]))
+    elements = math.prod(hi - lo + 1 for lo, hi in m.ranges)
+    unroll = elements <= UNROLLED_REDUCE_ELEMENTS and _cheap_to_unroll(inst.operands[:n], elements)
     nest(0)
     out = [b.load(a) for a in accs]
     return out if n > 1 else out[0]

@@ -103,6 +103,39 @@ class TileLayout:
         return TileLayout(rows, cols, threads, v)
 
 
+@dataclass(frozen=True)
+class RowVectorLayout(TileLayout):
+    """A reduce whose reduced dims are all physically major (a sum over the batch dim of
+    ``[b, m, n]``): each thread folds all ``cols`` reduced elements of ``vector`` consecutive
+    rows (kept elements adjacent in memory, one ``<v x T>`` load per reduced position), as
+    Triton's layout keeps the reduced major axis inside the thread; thread ``t`` holds rows
+    ``(s * threads + t) * vector ..`` in slot ``s``. No shuffles: one partial per row."""
+
+    @property
+    def lanes(self) -> int:
+        return 1
+
+    @property
+    def groups(self) -> int:
+        return self.threads
+
+    @property
+    def chunks(self) -> int:
+        return 1
+
+    @property
+    def slots(self) -> int:
+        return -(-self.rows // (self.threads * self.vector))
+
+    @property
+    def warps_per_row(self) -> int:
+        return 1
+
+
+# the most reduced elements one thread of a row-vector layout folds, unrolled, per slot and row
+ROW_VECTOR_MAX_ELEMENTS = 128
+
+
 @dataclass(frozen=True, kw_only=True)
 class BlockLevelKernelSpec(KernelSpec):
     """A block-level fusion: XLA's tiling and launch, a layout per reduce and one for the outputs."""
@@ -113,8 +146,12 @@ class BlockLevelKernelSpec(KernelSpec):
 
     def reduce_layout(self, r: TiledReduce) -> TileLayout:
         v = self.reduce_vectors[next(i for i, x in enumerate(self.tiling.reduces) if x.inst is r.inst)]
-        v = v if _lanes_contiguous(r.inst.operands[0], r.inst.dimensions) else 1
-        return TileLayout.of(r.num_rows, r.reduced_elements, self.launch.num_threads, v)
+        if _lanes_contiguous(r.inst.operands[0], r.inst.dimensions):
+            return TileLayout.of(r.num_rows, r.reduced_elements, self.launch.num_threads, v)
+        rv = row_vector(r, self.tiling, v, self.launch.num_threads)
+        if rv > 1:
+            return RowVectorLayout(r.num_rows, r.reduced_elements, self.launch.num_threads, rv)
+        return TileLayout.of(r.num_rows, r.reduced_elements, self.launch.num_threads, 1)
 
     def output_layout(self) -> TileLayout:
         t = self.tiling
@@ -140,6 +177,11 @@ class BlockLevelKernelSpec(KernelSpec):
                  f"{t.num_tiles} blocks of {t.num_warps} warps"]
         for r in t.reduces:
             lay = self.reduce_layout(r)
+            if isinstance(lay, RowVectorLayout):
+                lines.append(f"reduce %{r.inst.name} (level {r.level}): {r.num_rows} rows x {r.reduced_elements}, "
+                             f"{lay.cols} reduced elements per thread, vector {lay.vector} along the rows, "
+                             f"{lay.slots} slots")
+                continue
             lines.append(f"reduce %{r.inst.name} (level {r.level}): {r.num_rows} rows x {r.reduced_elements}, "
                          f"{lay.lanes} lanes x {lay.groups} groups, vector {lay.vector}, "
                          f"{lay.warps_per_row} warps per row")
@@ -167,6 +209,40 @@ def _lanes_contiguous(operand: HloInstruction, reduced: Sequence[int]) -> bool:
     shape = operand.shape
     return bool(shape.minor_to_major) and shape.minor_to_major[0] in reduced and _lanes_contiguous_shape(
         shape, shape.minor_to_major[0])
+
+
+def row_vector(r: TiledReduce, tiling: BlockLevelTiling, vector: int, threads: int) -> int:
+    """The vector of a row-vector layout (``RowVectorLayout``) for reduce ``r``, or 0 where there
+    is none: the operand's physically minor dim is kept and is the box's fastest row dim, its
+    box positions start at multiples of the vector and are never clamped (the whole dim, or the
+    root's own tile dim with tiles dividing the array), so ``v`` consecutive rows are ``v``
+    adjacent aligned elements; ``v`` is the largest power of two up to ``vector`` dividing the
+    box along that dim and the operand's minor dim."""
+    shape = r.inst.operands[0].shape
+    if not shape.minor_to_major or (shape.layout is not None and shape.layout.tiles):
+        return 0
+    minor = shape.minor_to_major[0]
+    reduced = set(r.inst.dimensions)
+    if minor in reduced:
+        return 0
+    kept = [d for d in range(shape.rank) if d not in reduced]
+    od = kept.index(minor)
+    if any(n > 1 for n in r.rows[od + 1:]):
+        return 0
+    n = r.rows[od]
+    if not r.full[od]:
+        root_dim = r.row_dims[od]
+        if (root_dim is None or r.exprs[od] != A.dim(root_dim) or r.strides[od] != 1
+                or tiling.dims[root_dim] % tiling.tile[root_dim]):
+            return 0
+        n = math.gcd(n, tiling.tile[root_dim])
+    v = 1
+    while v * 2 <= vector and n % (v * 2) == 0 and shape.dimensions[minor] % (v * 2) == 0:
+        v *= 2
+    if v < 2:
+        return 0
+    slots = -(-r.num_rows // (threads * v))
+    return v if slots * r.reduced_elements * v <= ROW_VECTOR_MAX_ELEMENTS else 0
 
 
 # ---- planning ------------------------------------------------------------------------------------
@@ -350,10 +426,13 @@ class _BlockLevelEmitter:
 
     def _emit_level(self, level: list[TiledReduce], bases: dict) -> None:
         b, kb, fe, target = self.b, self.kb, self.fe, self.target
-        partials = []
+        partials: list[tuple[TiledReduce, TileLayout, list]] = []
         for r in level:
             inst = r.inst
             lay = self.spec.reduce_layout(r)
+            if isinstance(lay, RowVectorLayout):
+                partials.append((r, lay, self._row_vector_partials(r, lay, bases[id(inst)])))
+                continue
             init = fe.value(inst.operands[1], ())
             operand = inst.operands[0]
             minor = operand.shape.minor_to_major[0] if operand.shape.minor_to_major else 0
@@ -400,6 +479,35 @@ class _BlockLevelEmitter:
         target.barrier(b)
         for r, _, _ in partials:
             fe.inject(r.inst, functools.partial(self._reduced_value, r, bases[id(r.inst)]))
+
+    def _row_vector_partials(self, r: TiledReduce, lay: RowVectorLayout,
+                             bases: list[ir.Value]) -> list[tuple[ir.Value, ir.Value | None, ir.Value]]:
+        """(row, row valid, the row's fold) of the rows this thread holds in ``lay``: v adjacent
+        rows per slot, each folding every reduced element in order, the v operand elements of
+        one reduced position read as one vector."""
+        b, kb, fe, target = self.b, self.kb, self.fe, self.target
+        inst = r.inst
+        operand = inst.operands[0]
+        minor = operand.shape.minor_to_major[0]
+        v = lay.vector
+        init = fe.value(inst.operands[1], ())
+        exact = lay.slots * lay.threads * v == lay.rows
+        out = []
+        for s in range(lay.slots):
+            slot = self.tid if s == 0 else b.add(kb.index(s * lay.threads), self.tid)
+            row0 = b.mul(slot, kb.index(v))
+            ok = None if exact else self._lt(row0, lay.rows)
+            row0 = row0 if exact else self._umin(row0, lay.rows - v)   # rows % v == 0: still aligned
+            rows = [row0 if j == 0 else b.add(row0, kb.index(j)) for j in range(v)]
+            kept = [self._reduce_index(r, row, bases) for row in rows]
+            accs = [init] * v
+            for k in range(lay.cols):
+                lanes = [self._operand_index(r, kj, kb.index(k)) for kj in kept]
+                self._vector_loads(operand, lanes, minor)
+                for j, idx in enumerate(lanes):
+                    accs[j] = emit_call_computation(b, target, inst.to_apply, [accs[j], fe.value(operand, idx)])[0]
+            out += [(row, ok, acc) for row, acc in zip(rows, accs)]
+        return out
 
     def _reduced_value(self, r: TiledReduce, bases: list[ir.Value], idx: Sequence[ir.Value]) -> ir.Value:
         """The reduce at output index ``idx`` (inside the block's box): its row's partials

@@ -140,6 +140,7 @@ def plan_concatenate_kernel(fusion: HloInstruction, analysis: FusionAnalysis, de
 def emit_concatenate_kernel(target: Target, spec: ConcatenateKernelSpec) -> ir.Module:
     kernel = open_kernel(target, spec, inline=True)
     kb, b, fe = kernel.kb, kernel.b, kernel.fe
+    fe.prefetch_moves = True
     out_ptr = kernel.outputs[0]
     (_, out_shape), = output_leaves(spec.fusion)
     hero, root = spec.hero, spec.root
@@ -148,17 +149,21 @@ def emit_concatenate_kernel(target: Target, spec: ConcatenateKernelSpec) -> ir.M
     largest_extent = hero.operands[spec.largest].shape.dimensions[dim]
     m = spec.thread_map
     ids = kb.work_item_ids()
-    # identity epilogue, untiled output: a thread's offset in operand i's slot is its offset for
-    # the first slot plus a constant (offsets[i] x the concat dim's stride), as XLA stores them;
-    # the first slot's offset is the thread map composed with the layout, simplified
+    # untiled output: a thread's offset in operand i's slot is its offset for the first slot
+    # plus a constant (offsets[i] x the concat dim's stride), as XLA stores them; the first
+    # slot's offset is the thread map composed with the hero's layout, simplified. A physical
+    # epilogue (bitcasts) keeps the hero's physical offset, so it holds for the root too: the
+    # operands' stores of one thread are then adjacent from one base (one vector store of a
+    # [n, 4] concatenate read as [n * 4 / k, k]).
     linear = None
-    if spec.epilogue == "identity" and not (out_shape.layout is not None and out_shape.layout.tiles):
-        linear = simplify(compose(m, linear_index_map(out_shape))).exprs[0]
+    if not (out_shape.layout is not None and out_shape.layout.tiles) and not (
+            hero.shape.layout is not None and hero.shape.layout.tiles):
+        linear = simplify(compose(m, linear_index_map(hero.shape))).exprs[0]
         stride = 1
-        for d in out_shape.minor_to_major:
+        for d in hero.shape.minor_to_major:
             if d == dim:
                 break
-            stride *= out_shape.dimensions[d]
+            stride *= hero.shape.dimensions[d]
     for point in itertools.product(*(range(lo, hi + 1) for lo, hi in m.ranges)):
         ae = AffineEmitter(kb, ids, [kb.index(s) for s in point], bounds=lambda v: m.bound(v))
         with kb.if_all(ae.in_bounds(m.constraints)):
@@ -170,6 +175,7 @@ def emit_concatenate_kernel(target: Target, spec: ConcatenateKernelSpec) -> ir.M
                     continue
                 cond = [] if extent >= largest_extent else [b.icmp_unsigned("<", index[dim], kb.index(extent))]
                 with kb.if_all(cond), fe.scope():
+                    fe.prefetch(op, index)
                     v = fe.value(op, index)
                     hero_index = list(index)
                     if offsets[i]:
@@ -181,7 +187,7 @@ def emit_concatenate_kernel(target: Target, spec: ConcatenateKernelSpec) -> ir.M
                         root_index = kb.delinearize(fe.offset(hero.shape, hero_index), root.shape.dimensions,
                                                     root.shape.minor_to_major, wrap=True)
                     offset = None
-                    if base is not None:
+                    if base is not None and hero.shape.element_count() == out_shape.element_count():
                         offset = b.add(base, kb.index(offsets[i] * stride), flags=NO_WRAP) if offsets[i] else base
                     fe.store(out_shape, out_ptr, root_index, fe.value(root, root_index), offset)
     return kernel.finish()

@@ -22,6 +22,7 @@ from llvmlite import ir
 
 from ...hlo import HloInstruction
 from ...hlo.shape import Shape
+from ...indexing import affine as A
 from ...indexing.indexing_map import IndexingMap, compose
 from ...indexing.layout_maps import linear_index_map
 from ...indexing.op_maps import output_to_input
@@ -34,10 +35,13 @@ from ..analysis.fusion_analysis import FusionAnalysis
 from ..kernel import KernelSpec, kernel_index_type, open_kernel, output_leaves, root_per_leaf
 from ..kernel_builder import KernelBuilder
 from ..launch import loop_fusion_config, thread_to_output_map
-from ..llvm_types import I32
+from ..llvm_types import I32, storage_type
 from ..elemental.partitioner import fusion_roots, partition
 from ..target import LaunchDims, Target
 from ..model.thread_maps import on_work_items
+
+
+_SYMBOL = A.sym(0).kind
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +122,7 @@ def reference_shape(fusion: HloInstruction) -> Shape:
 def emit_loop_kernel(target: Target, spec: LoopKernelSpec) -> ir.Module:
     kernel = open_kernel(target, spec)
     kb, fe = kernel.kb, kernel.fe
+    fe.prefetch_moves = True   # an element's parameter reads first, where they can merge
     outputs = [o for o in zip(root_per_leaf(spec.fusion), output_leaves(spec.fusion), kernel.outputs)
                if o[1][1].element_count() > 0]  # an empty output (e.g. a [2:2] slice) is never written
 
@@ -142,16 +147,17 @@ def emit_loop_kernel(target: Target, spec: LoopKernelSpec) -> ir.Module:
             for idx in indices:
                 for ((root, _), _, _), index in zip(outputs, idx):
                     fe.preload(root, index)
-            pending = [_compute_point(fe, outputs, idx, _output_offsets(offsets, ae))
-                       for idx, ae in zip(indices, aes)]
+            bases = _element_zero_pointers(kb, outputs, offsets, aes[0] if points and points[0] == zero else None)
+            pending = [_compute_point(fe, *_at_point(kb, outputs, offsets, bases, ae, p, zero), idx)
+                       for idx, ae, p in zip(indices, aes, points)]
             for stores in pending:
                 _store_all(fe, stores)
     else:
         for p in points:
             ae = emitter(p)
             with kb.if_all(ae.in_bounds(m.constraints)), fe.scope():
-                _store_all(fe, _compute_point(fe, outputs, _output_indices(spec, outputs, ae),
-                                              _output_offsets(offsets, ae)))
+                _store_all(fe, _compute_point(fe, outputs, _output_offsets(offsets, ae),
+                                              _output_indices(spec, outputs, ae)))
     for out in others:
         _emit_other_size(kb, fe, ids, m, spec.root_maps[out[0][0].name], out)
     return kernel.finish()
@@ -171,7 +177,7 @@ def _emit_other_size(kb: KernelBuilder, fe: FusedEmitter, ids, m: IndexingMap, o
         if k == len(om.ranges):
             ae = AffineEmitter(kb, ids, list(syms), bounds=lambda v: om.bound(v))
             with kb.if_all(narrower + ae.in_bounds(om.constraints)), fe.scope():
-                _store_all(fe, _compute_point(fe, [out], [ae.emit_all(om.exprs)]))
+                _store_all(fe, _compute_point(fe, [out], [None], [ae.emit_all(om.exprs)]))
             return
         lo, hi = om.ranges[k]
         if hi - lo < 4:
@@ -221,10 +227,58 @@ def _output_offsets(offsets, ae: AffineEmitter) -> list[ir.Value | None]:
     return [None if e is None else ae.emit(e) for e in offsets]
 
 
-def _compute_point(fe: FusedEmitter, outputs, indices, offsets=None) -> list:
+def _symbol_steps(e) -> dict[int, int] | None:
+    """{symbol: coefficient} where the unroll symbols enter offset expression ``e`` only as
+    added terms (the offset at another point is the offset at point 0 plus a constant), else
+    None."""
+    terms, _ = A.linear_parts(e)
+    steps: dict[int, int] = {}
+    for t, k in terms.items():
+        if isinstance(t, A.Var) and t.kind == _SYMBOL:
+            steps[t.index] = k
+        elif any(v.kind == _SYMBOL for v in A.variables(t)):
+            return None
+    return steps
+
+
+def _element_zero_pointers(kb: KernelBuilder, outputs, offsets, ae0: AffineEmitter | None) -> list:
+    """Per output, (element 0's pointer, symbol steps) where its offset is element 0's plus a
+    constant at every point: the other elements are then addressed from that pointer, so LLVM
+    sees a thread's stores at constant distances and merges them into one vector store (offsets
+    emitted one by one from a mod/div chain over a dim like 35 are not recognised), else None."""
+    out: list = []
+    for (_, (_, shape), ptr), e in zip(outputs, offsets):
+        steps = None if e is None or ae0 is None else _symbol_steps(e)
+        if steps is None:
+            out.append(None)
+            continue
+        base = kb.b.gep(ptr, [ae0.emit(e)], inbounds=True, source_etype=storage_type(shape.element_type))
+        out.append((base, steps))
+    return out
+
+
+def _at_point(kb: KernelBuilder, outputs, offsets, bases, ae: AffineEmitter, point, zero) -> tuple[list, list]:
+    """(outputs, offsets) for one point: outputs with an element-0 pointer store at its constant
+    distance from it, the others at their own offsets."""
+    outs, offs = [], []
+    for out, e, base in zip(outputs, offsets, bases):
+        if base is None:
+            outs.append(out)
+            offs.append(None if e is None else ae.emit(e))
+            continue
+        ptr, steps = base
+        delta = sum(k * (point[i] - zero[i]) for i, k in steps.items())
+        outs.append((out[0], out[1], ptr))
+        offs.append(kb.index(delta))
+    return outs, offs
+
+
+def _compute_point(fe: FusedEmitter, outputs, offsets, indices) -> list:
     """(shape, pointer, index, value, offset or None) of every output element one point produces."""
     result = []
-    offsets = offsets if offsets is not None else [None] * len(outputs)
+    if fe.inline and fe.prefetch_moves:
+        for ((root, _), _, _), index in zip(outputs, indices):
+            fe.prefetch(root, index)
     for ((root, leaf), (_, shape), ptr), index, offset in zip(outputs, indices, offsets):
         v = fe.root_value(root, index)
         result.append((shape, ptr, index, v[leaf] if leaf is not None else v, offset))

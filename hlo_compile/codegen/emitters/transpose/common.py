@@ -110,6 +110,15 @@ def _offset(fe: FusedEmitter, shape: Shape, index: Sequence[ir.Value]) -> ir.Val
     return fe.offset(shape, index)
 
 
+def _same_value(x: ir.Value, y: ir.Value) -> bool:
+    """The same index value: the same object, or equal constants (index rewrites such as
+    ``reshape_index`` make a fresh constant 0 for every unit dim they insert)."""
+    if x is y:
+        return True
+    return (isinstance(x, ir.Constant) and isinstance(y, ir.Constant) and x.type == y.type
+            and x.constant == y.constant)
+
+
 class VectorLoads:
     """Parameter loads of a thread's v consecutive elements addressed from one base pointer.
 
@@ -136,7 +145,7 @@ class VectorLoads:
     def register(self, indices: Sequence[Sequence[ir.Value]]) -> None:
         first = list(indices[0])
         for e, index in enumerate(indices[1:], 1):
-            diff = [j for j, (x, y) in enumerate(zip(first, index)) if x is not y]
+            diff = [j for j, (x, y) in enumerate(zip(first, index)) if not _same_value(x, y)]
             if len(diff) == 1:
                 self.hints[self.key(index)] = (first, e, diff[0])
                 self.hints.setdefault(self.key(first), (first, 0, diff[0]))

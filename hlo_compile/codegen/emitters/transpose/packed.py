@@ -354,6 +354,20 @@ def emit_packed_transpose(target: Target, spec: PackedTransposeKernelSpec) -> ir
             operand_indices[key] = reshape_index(kb, index, t.in_dims, h.operands[0].shape.dimensions)
         return operand_indices[key]
 
+    def vector_operand_indices(h, points) -> None:
+        """The operand indices of a lane's v consecutive T1 elements as element 0's index plus
+        e along the operand's minor dim, where that dim's size is a multiple of v: element 0's
+        linear offset is then one too, so all v share its row. (Delinearised one by one, they
+        differ in every dim and the vector loads would not see one vector.)"""
+        dims = h.operands[0].shape.dimensions
+        minor = max((j for j, n in enumerate(dims) if n != 1), default=None)
+        if minor is None or dims[minor] % v:
+            return
+        first = operand_index(h, points[0])
+        for e, idx in enumerate(points[1:], 1):
+            operand_indices.setdefault((id(h), tuple(id(x) for x in idx)),
+                                       first[:minor] + [add(first[minor], c(e))] + first[minor + 1:])
+
     side = [(leaf, ptr) for leaf, ptr in zip(spec.leaves, out_ptrs) if leaf.hero is None]
     # (a loop, not unrolled: unrolled, the turns' loads were no longer merged into one 32-bit
     # vector load, and registers rose from 32 to 40 on two corpus kernels; XLA's are 32)
@@ -401,6 +415,7 @@ def emit_packed_transpose(target: Target, spec: PackedTransposeKernelSpec) -> ir
                     points = [index0] + [index0[:t.t1_in] + [add(index0[t.t1_in], c(e))] + index0[t.t1_in + 1:]
                                          for e in range(1, v)]
                     for h in tiles:
+                        vector_operand_indices(h, points)
                         loads.register([operand_index(h, idx) for idx in points])
                     first = kb.linearize(index0, t.in_dims) if side else None
                     results = [element(e, idx, first) for e, idx in enumerate(points)]
