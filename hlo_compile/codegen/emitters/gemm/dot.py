@@ -34,6 +34,16 @@ taken on sm_80+ with ``dot_tensor_cores`` and on the host, which emulates the wa
 (``dot_mma.EmulatedMma``), so host runs check the kernel the GPU runs with tensor cores. Tiles
 without a warp layout (block_m < 16, block_k not a multiple of 16, more warps than 16 x 8 tiles)
 keep the FMA path; the fusion report says why.
+
+Epilogue stores with a config tiling (as XLA's Triton kernels store their tiles): where the
+root's physically minor dim is the dot's last N dim (``dot_config.contiguous_output``), each
+thread of the FMA path owns groups of ``vn`` adjacent columns (``DotTiling.vn``,
+``store_vector``: up to 16 bytes, the thread's share of the tile, dividing the tile and that
+dim) and stores each as one vector after computing the epilogue's ops per element; where it is
+the last M dim, groups of ``vm`` adjacent rows, threads M-fastest. The tensor-core path stores
+each lane's accumulator pairs (adjacent columns) as 2-vectors where the N dim is contiguous
+and even. Elsewhere scalar stores. One-stage f32 tilings keep both operand tiles in the larger
+one's bytes (``dot_staging.tile_reuse``), as XLA's tf32 kernels' shared memory does.
 """
 from __future__ import annotations
 
@@ -48,11 +58,12 @@ from ....gpu.device_info import DeviceInfo
 from ...analysis.fusion_analysis import FusionAnalysis, dot_hero
 from ...analysis.hero_search import dot_epilogue_chain
 from ...kernel import Declined, kernel_index_type
+from ...llvm_types import storage_bytes
 from ...target import Target
-from .dot_config import DotTiling, dot_tiling
+from .dot_config import DotTiling, contiguous_output, dot_tiling, store_vector
 from .dot_mma import emit_mma_dot_kernel, use_tensor_cores
 from .dot_spec import DotGeometry, DotKernelSpec, DotPath
-from .dot_staging import operand_staging, stage_shared_bytes
+from .dot_staging import operand_staging, stage_shared_bytes, tile_reuse
 from .dot_tiled import emit_tiled_dot_kernel
 from .tiles import BM, MAX_GRID_YZ, MIN_MN, MIN_WORK, gemm_plan, gemm_refusal
 
@@ -101,6 +112,17 @@ def plan_dot_kernel(fusion: HloInstruction, analysis: FusionAnalysis, device: De
                 tiling, staging = None, None
             elif stages != tiling.num_stages:
                 tiling = dataclasses.replace(tiling, num_stages=stages)
+    columns, reuse = 1, None
+    if tiling is not None and staging is not None:
+        g = DotGeometry.of(dot)
+        along, size = contiguous_output(dot, root, chain, len(g.batch), len(g.m_dims))
+        nbytes = storage_bytes(root.shape.element_type)
+        if along == "n":
+            columns = size
+            tiling = dataclasses.replace(tiling, vn=store_vector(size, tiling.bn, tiling.store_share, nbytes))
+        elif along == "m":
+            tiling = dataclasses.replace(tiling, vm=store_vector(size, tiling.bm, tiling.store_share, nbytes))
+        reuse = tile_reuse(dot, tiling, *staging)
     why = _refusal(fusion, dot, tiling)
     if why is not None:
         raise Declined(why)
@@ -108,10 +130,11 @@ def plan_dot_kernel(fusion: HloInstruction, analysis: FusionAnalysis, device: De
     fields = gemm_plan(fusion, kernel_name, dot, root, g.M, g.N, g.B)
     if tiling is not None and staging is not None:
         # XLA launches its Triton kernels with their tiles in dynamic shared memory
-        launch = tiling.launch(g.B, g.M, g.N, stage_shared_bytes(*staging, tiling.num_stages))
+        shared = stage_shared_bytes(*staging, tiling.num_stages, reuse)
+        launch = tiling.launch(g.B, g.M, g.N, shared)
         fields.update(launch=launch, index_type=kernel_index_type(fusion, launch), static_shared_bytes=0)
     return DotKernelSpec(dot=dot, geometry=g, tiling=tiling, epilogue_chain=tuple(chain) if chain else None,
-                         staging=staging, **fields)
+                         staging=staging, store_columns=columns, tile_reuse=reuse, **fields)
 
 
 def _refusal(fusion: HloInstruction, dot: HloInstruction | None, tiling: DotTiling | None) -> str | None:

@@ -53,15 +53,38 @@ class DotTiling:
     num_stages: int = 1
     split_k: int = 1
     source: str = ""        # the config kind it came from
+    # adjacent output columns (``vn``) or rows (``vm``) per thread, the FMA path's vector stores
+    # (at most one of them above 1; it divides ``bn`` or ``bm``)
+    vn: int = 1
+    vm: int = 1
+    # elements of the config's output tile before a tile past a small dim is clamped to it (0:
+    # bm x bn): the share per thread of XLA's store layout (``store_vector``)
+    config_elements: int = 0
 
     @property
     def threads(self) -> int:
         return self.num_warps * WARP
 
     @property
+    def store_share(self) -> int:
+        """Outputs per thread of the config's tile (XLA's kernel's store layout)."""
+        return max(1, (self.config_elements or self.bm * self.bn) // self.threads)
+
+    @property
+    def groups(self) -> int:
+        """Column groups of ``vn`` adjacent columns in the block tile."""
+        return self.bn // self.vn
+
+    @property
+    def row_groups(self) -> int:
+        """Row groups of ``vm`` adjacent rows in the block tile."""
+        return self.bm // self.vm
+
+    @property
     def tx(self) -> int:
-        want = math.sqrt(self.threads * self.bn / self.bm)
-        return max(1, min(self.bn, self.threads, 1 << max(0, math.ceil(math.log2(want)))))
+        """Threads along N (each over column groups), ``ty`` along M (over row groups)."""
+        want = math.sqrt(self.threads * self.groups / self.row_groups)
+        return max(1, min(self.groups, self.threads, 1 << max(0, math.ceil(math.log2(want)))))
 
     @property
     def ty(self) -> int:
@@ -69,11 +92,39 @@ class DotTiling:
 
     @property
     def rm(self) -> int:
-        return -(-self.bm // self.ty)
+        return self.vm * -(-self.row_groups // self.ty)
 
     @property
     def rn(self) -> int:
-        return -(-self.bn // self.tx)
+        return self.vn * -(-self.groups // self.tx)
+
+    @property
+    def m_fastest(self) -> bool:
+        """Whether consecutive threads take consecutive row groups (the output's contiguous dim
+        is M: ``vm`` > 1), else consecutive column groups."""
+        return self.vm > 1
+
+    def thread_xy(self, tid: int) -> tuple[int, int]:
+        """(tx_id, ty_id) of thread ``tid`` (the int model of the emitter's)."""
+        return (tid // self.ty, tid % self.ty) if self.m_fastest else (tid % self.tx, tid // self.tx)
+
+    def column(self, tx_id, j: int):
+        """Block-tile column of register column ``j`` of the thread at ``tx_id`` (an int):
+        group ``j // vn`` of the thread's groups ``tx_id + tx g``, lane ``j % vn`` in it;
+        ``vn = 1``: ``tx_id + tx j``."""
+        return tx_id * self.vn + ((j // self.vn) * self.tx * self.vn + j % self.vn)
+
+    def row(self, ty_id, i: int):
+        """Block-tile row of register row ``i`` of the thread at ``ty_id``, as ``column``."""
+        return ty_id * self.vm + ((i // self.vm) * self.ty * self.vm + i % self.vm)
+
+    def column_guarded(self, j: int) -> bool:
+        """Whether register column ``j`` may lie past the block tile (more groups than tx x
+        groups per thread cover exactly)."""
+        return (j // self.vn + 1) * self.tx > self.groups
+
+    def row_guarded(self, i: int) -> bool:
+        return (i // self.vm + 1) * self.ty > self.row_groups
 
     def tiles(self, m: int, n: int) -> tuple[int, int]:
         return -(-m // self.bm), -(-n // self.bn)
@@ -123,6 +174,7 @@ def dot_tiling(fusion: HloInstruction, dot: HloInstruction, chain: list[HloInstr
     if to_dot is None:
         return None
     dot_tile = [1] * dot.shape.rank
+    config_tile = [1] * dot.shape.rank      # before clamping: the tile XLA's kernel lays out
     for rd, dd in enumerate(to_dot):
         if dd is None:
             if sizes[rd] != 1 and root.shape.dimensions[rd] != 1:
@@ -130,6 +182,7 @@ def dot_tiling(fusion: HloInstruction, dot: HloInstruction, chain: list[HloInstr
         else:
             # a tile past the dim: the dim's next power of two (same tile count, fewer idle threads)
             dot_tile[dd] = max(1, min(sizes[rd], 1 << max(0, dot.shape.dimensions[dd] - 1).bit_length()))
+            config_tile[dd] = max(1, sizes[rd])
     dims = dot.shape.dimensions
     if any(dot_tile[d] != 1 for d in range(n_batch)):
         return None
@@ -137,12 +190,15 @@ def dot_tiling(fusion: HloInstruction, dot: HloInstruction, chain: list[HloInstr
     bn = _flat_tile(dot_tile, dims, range(n_batch + len(m_dims), dot.shape.rank))
     if bm is None or bn is None:
         return None
-    t = DotTiling(bm, bn, bk, warps, stages, 1, kind)
+    cm = _flat_tile(config_tile, dims, range(n_batch, n_batch + len(m_dims))) or bm
+    cn = _flat_tile(config_tile, dims, range(n_batch + len(m_dims), dot.shape.rank)) or bn
+    t = DotTiling(bm, bn, bk, warps, stages, 1, kind, config_elements=cm * cn)
     return t if _valid(t) else None
 
 
 def _valid(t: DotTiling) -> bool:
-    return (min(t.bm, t.bn, t.bk, t.num_warps) >= 1 and t.threads <= MAX_THREADS and t.threads % t.tx == 0
+    return (min(t.bm, t.bn, t.bk, t.num_warps, t.vn, t.vm) >= 1 and t.threads <= MAX_THREADS
+            and t.threads % t.tx == 0 and t.bn % t.vn == 0 and t.bm % t.vm == 0 and min(t.vn, t.vm) == 1
             and t.bm * t.bn * t.bk <= 1 << 20)
 
 
@@ -209,3 +265,45 @@ def epilogue_index(kb: KernelBuilder, chain: list[HloInstruction], dot: HloInstr
             index = kb.delinearize(lin, y.shape.dimensions)
         prev = y
     return index
+
+
+MAX_STORE_BYTES = 16    # st.global.v4.b32 / v2.b64: the widest single store
+
+
+def contiguous_output(dot: HloInstruction, root: HloInstruction, chain: list[HloInstruction] | None,
+                      n_batch: int, n_m: int) -> tuple[str, int]:
+    """``("n", size)`` where adjacent columns of the dot's last N dim are adjacent elements of
+    the root's buffer, ``("m", size)`` where adjacent rows of its last M dim are, else ``("",
+    1)``: the root's physically minor dim (size-1 dims aside, untiled layout) is that very dim
+    (through the epilogue's transposes and bitcasts, ``_root_to_dot_dims``). A vector of ``v``
+    adjacent ones starting at a multiple of ``v`` (``v`` dividing ``size``) then lies in one row
+    of that dim at an element offset that is a multiple of ``v``: every other dim's stride is a
+    multiple of ``size``."""
+    shape = root.shape
+    if not shape.is_array or shape.layout is None or shape.layout.tiles or shape.element_type == "pred":
+        return "", 1
+    to_dot = _root_to_dot_dims(dot, chain or [])
+    if to_dot is None:
+        return "", 1
+    minor = next((d for d in shape.minor_to_major if shape.dimensions[d] != 1), None)
+    if minor is None or to_dot[minor] is None:
+        return "", 1
+    rank, d = dot.shape.rank, to_dot[minor]
+    if d == rank - 1 and rank > n_batch + n_m:
+        return "n", dot.shape.dimensions[d]
+    if d == n_batch + n_m - 1 and n_m:
+        return "m", dot.shape.dimensions[d]
+    return "", 1
+
+
+def store_vector(columns: int, bn: int, share: int, element_bytes: int) -> int:
+    """Adjacent output columns per thread for the FMA path's vector stores: a power of two of
+    at most 16 bytes, at most the thread's ``share`` of the config's tile
+    (``DotTiling.store_share``, as a Triton store layout's size per thread), dividing ``bn`` and
+    ``columns`` (the contiguous row, ``contiguous_output``: a vector then never straddles a
+    row or the ragged N edge). Rows alike, with ``bm`` for ``bn``."""
+    v = 1
+    limit = min(MAX_STORE_BYTES // max(1, element_bytes), bn, share)
+    while 2 * v <= limit and bn % (2 * v) == 0 and columns % (2 * v) == 0:
+        v *= 2
+    return v

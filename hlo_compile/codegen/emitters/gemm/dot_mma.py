@@ -328,11 +328,14 @@ def emit_config_mma_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module
     # replicated warps (more warps than tiles) store nothing
     owner = ([b.icmp_unsigned("<", e.tid, kb.index(lay.warps_m * lay.warps_n * WARP_SIZE))]
              if lay.replicas > 1 else [])
+    # accumulators 0, 1 (and 2, 3) of a lane are adjacent columns 2t, 2t + 1 of one row: one
+    # 2-vector store where the output's row is contiguous and even (``spec.store_columns``)
+    pairs = spec.store_columns % 2 == 0
     points = []
     for tm in range(lay.tiles_m):
         for tn in range(lay.tiles_n):
-            for r in range(4):
+            for r in range(0, 4, 2) if pairs else range(4):
                 dm, dn = acc_position(lane, r)
-                points.append((_value(kb, wm0 + tm * MMA_M + dm), _value(kb, wn0 + tn * MMA_N + dn),
-                               slots[tm][tn][r], owner))
+                acc = slots[tm][tn][r:r + 2] if pairs else slots[tm][tn][r]
+                points.append((_value(kb, wm0 + tm * MMA_M + dm), _value(kb, wn0 + tn * MMA_N + dn), acc, owner))
     return e.epilogue(points)

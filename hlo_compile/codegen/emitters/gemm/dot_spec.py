@@ -12,7 +12,7 @@ from ....indexing.indexing_map import IndexingMap
 from ...kernel import KernelSpec
 from ...model.thread_maps import expr_delinearize, work_item_map
 from .dot_config import DotTiling
-from .dot_staging import OperandStaging
+from .dot_staging import OperandStaging, TileReuse
 from .mma_layout import (MMA_M, MMA_N, MMA_SHARED_BYTES, MMA_TYPES, SMEM_STRIDE, TILES_M, TILES_N, WARP_SIZE,
                          WARPS_M, WARPS_N, WM, WN, WarpLayout, acc_position, config_warp_layout, warp_origin)
 from .tiles import BK, BM, BN, NUM_THREADS, RM, RN, TX, TY, output_element, staged_element
@@ -78,6 +78,12 @@ class DotKernelSpec(KernelSpec):
     tiling: DotTiling | None = None
     # with a config tiling: how the lhs and rhs tiles are staged (``dot_staging.py``)
     staging: tuple[OperandStaging, OperandStaging] | None = None
+    # with a config tiling: the size of the dot's last N dim where adjacent columns are adjacent
+    # in the root's buffer, else 1 (``dot_config.contiguous_output``: the epilogue's vector stores)
+    store_columns: int = 1
+    # with a config tiling of one stage: both operand tiles in one buffer, part of the first read
+    # into registers before the other is staged over it (``dot_staging.tile_reuse``)
+    tile_reuse: TileReuse | None = None
     # dot (excluded) to root: one path of elementwise ops and element moves; None: the root is
     # elementwise over the dot at the dot's own index
     epilogue_chain: tuple[HloInstruction, ...] | None = None
@@ -127,14 +133,19 @@ class DotKernelSpec(KernelSpec):
         """``(th_x, ..., bl_z)[i, j] -> output index`` of the tiled path: output ``(m0 + ty +
         16 i, n0 + tx + 16 j)`` of the block's tile (``mma_thread_to_output_map``: the
         tensor-core path's). With a config tiling: thread ``tid`` (1-D) at ``(tid % tx, tid //
-        tx)`` of block ``(batch, M tile, N tile)``, register ``(i, j)`` at row ``tid // tx + ty
-        i``, column ``tid % tx + tx j``."""
+        tx)`` (``(tid // ty, tid % ty)`` where ``m_fastest``) of block ``(batch, M tile, N
+        tile)``, register ``(i, j)`` at row ``vm ty_id + ty vm (i // vm) + i % vm``, column ``vn
+        tx_id + tx vn (j // vn) + j % vn`` (``DotTiling.row``/``column``)."""
         t = self.tiling
         if t is None:
             return self._output_map(*output_element())
         pid, tm, tn = self._config_block()
-        row = A.add(A.floordiv(A.dim(0), t.tx), A.mul(A.sym(0), t.ty))
-        col = A.add(A.mod(A.dim(0), t.tx), A.mul(A.sym(1), t.tx))
+        if t.m_fastest:
+            tx_id, ty_id = A.floordiv(A.dim(0), t.ty), A.mod(A.dim(0), t.ty)
+        else:
+            tx_id, ty_id = A.mod(A.dim(0), t.tx), A.floordiv(A.dim(0), t.tx)
+        row = A.add(A.mul(ty_id, t.vm), A.add(A.mul(A.floordiv(A.sym(0), t.vm), t.ty * t.vm), A.mod(A.sym(0), t.vm)))
+        col = A.add(A.mul(tx_id, t.vn), A.add(A.mul(A.floordiv(A.sym(1), t.vn), t.tx * t.vn), A.mod(A.sym(1), t.vn)))
         m = A.add(A.mul(tm, t.bm), row)
         n = A.add(A.mul(tn, t.bn), col)
         return self._output_map(m, n, [(0, t.rm - 1), (0, t.rn - 1)], batch=pid,
@@ -213,7 +224,7 @@ class DotKernelSpec(KernelSpec):
             return [f"dot %{self.dot.name}: B={g.B} M={g.M} N={g.N} K={g.K}, accumulation {self.acc_type}, "
                     f"epilogue root %{self.root.name}",
                     f"{t.text()}: tile {t.bm}x{t.bn}x{t.bk}, {t.threads} threads (1-D, as {t.tx}x{t.ty}, "
-                    f"{t.rm}x{t.rn} outputs per thread), {self.path} path (XLA's Triton launch)",
+                    f"{t.rm}x{t.rn} outputs per thread, {self._store_text()}), {self.path} path (XLA's Triton launch)",
                     self._config_mma_line(),
                     self._staging_line(),
                     f"index type {self.index_type}",
@@ -240,11 +251,24 @@ class DotKernelSpec(KernelSpec):
                     "tensor_cores": self.config_mma_refusal or "eligible",
                     "num_stages": t.num_stages, "dynamic_shared_bytes": self.launch.shared_bytes,
                     "load_vector": [sa.vec if sa else 1, sb.vec if sb else 1],
+                    "store_vector": (max(t.vn, t.vm) if self.path != DotPath.MMA
+                                     else (2 if self.store_columns % 2 == 0 else 1)),
+                    "tile_reuse": (None if self.tile_reuse is None else
+                                   {"first": self.tile_reuse.first, "from_k": self.tile_reuse.from_k,
+                                    "register_values": self.tile_reuse.register_values}),
                     "static_shared_bytes": self.static_shared_bytes, "index_type": str(self.index_type)}
         return {"tile": [BM, BN, BK], "threads_per_block": NUM_THREADS, "register_tile": [RM, RN],
                 "accumulation_type": self.acc_type, "path": self.path,
                 "tensor_cores": self.tensor_core_refusal or "eligible",
                 "static_shared_bytes": shared, "index_type": str(self.index_type)}
+
+    def _store_text(self) -> str:
+        t = self.tiling
+        if self.path == DotPath.MMA:
+            return "stores of 2 adjacent columns" if self.store_columns % 2 == 0 else "scalar stores"
+        if t.vm > 1:
+            return f"stores of {t.vm} adjacent rows"
+        return f"stores of {t.vn} adjacent columns" if t.vn > 1 else "scalar stores"
 
     def _staging_line(self) -> str:
         t = self.tiling
@@ -253,6 +277,11 @@ class DotKernelSpec(KernelSpec):
             dim = "k" if s.along_k else ("m" if s.lhs else "n")
             parts.append(f"{'lhs' if s.lhs else 'rhs'} {t.bk}x{s.tile} {s.element_type} "
                          f"({s.vec}-element loads along {dim})")
+        r = self.tile_reuse
+        if r is not None:
+            return (f"shared tiles {' + '.join(parts)} in one buffer ({r.first} first, its k >= {r.from_k} rows "
+                    f"read into registers ({r.register_values} per thread) before the other lands at byte "
+                    f"{r.second_offset}): {self.launch.shared_bytes} B dynamic")
         return (f"shared tiles {' + '.join(parts)} x {t.num_stages} stage(s): {self.launch.shared_bytes} B "
                 f"dynamic")
 

@@ -140,9 +140,62 @@ def _vector_leaves(operand: HloInstruction) -> tuple[HloInstruction, ...]:
     return tuple(sorted(found, key=lambda p: p.parameter_number))
 
 
-def stage_shared_bytes(a: OperandStaging, b: OperandStaging, stages: int) -> int:
-    """The dynamic shared memory of the tiles: ``stages`` x (lhs tile + rhs tile)."""
+def stage_shared_bytes(a: OperandStaging, b: OperandStaging, stages: int, reuse: "TileReuse | None" = None) -> int:
+    """The dynamic shared memory of the tiles: ``stages`` x (lhs tile + rhs tile); with
+    ``reuse`` (one stage, ``tile_reuse``) the larger tile only."""
+    if reuse is not None:
+        return reuse.shared_bytes
     return max(1, stages) * (a.tile_bytes + b.tile_bytes)
+
+
+MAX_REGISTER_TILE = 64      # values per thread read into registers before the other tile lands
+
+
+@dataclass(frozen=True)
+class TileReuse:
+    """One buffer for both operand tiles of a K step (``tile_reuse``): the ``first`` operand's
+    tile at byte 0, the other's at ``second_offset`` (the buffer's end), over the first's rows
+    ``k >= from_k``: each thread reads its values of those rows into registers before the second
+    is staged (``dot_tiled.reused_tile_mainloop``); rows ``k < from_k`` stay in shared memory."""
+
+    first_lhs: bool
+    from_k: int
+    second_offset: int
+    shared_bytes: int
+    register_values: int
+
+    @property
+    def first(self) -> str:
+        return "lhs" if self.first_lhs else "rhs"
+
+
+def tile_reuse(dot: HloInstruction, tiling, a: OperandStaging, b: OperandStaging) -> TileReuse | None:
+    """How the FMA path holds both tiles of a one-stage f32 dot in the larger one's bytes, or
+    None (both tiles at once). XLA's Triton kernels for f32 dots of one stage (tf32 ``mma``)
+    have one operand tile at a time in shared memory: each is copied there and read into
+    registers before the next is written (Triton's shared allocator reuses bytes whose users
+    are done), so their dynamic shared memory is the larger tile, not the sum (1024 B for
+    XLA's 16 x 8 x 16 f32 tiles, not 1536 B) where K is a multiple of block_k (in the corpus
+    267 of 271 such f32 kernels; with a ragged K, whose last step's loads are masked, 66 of 68
+    keep both tiles at once: the sum); with bf16 or f16 operands both tiles are live until the
+    ``mma`` (the sum), and with several stages the pipeline keeps every stage's tiles.
+    Of the two orders the one with fewer values per thread in registers (``rm`` or ``rn`` per
+    overlapped row of the first tile), at most ``MAX_REGISTER_TILE``."""
+    if max(1, tiling.num_stages) != 1 or any(o.shape.element_type != "f32" for o in dot.operands):
+        return None
+    lhs = dot.operands[0].shape.dimensions
+    if math.prod(lhs[d] for d in dot.dot_dimension_numbers.lhs_contracting_dimensions) % tiling.bk:
+        return None
+    size = max(a.tile_bytes, b.tile_bytes)
+    best = None
+    for first, second, per_row in ((a, b, tiling.rm), (b, a, tiling.rn)):
+        offset = size - second.tile_bytes
+        row_bytes = first.tile * first.element_bytes
+        from_k = min(first.bk, offset // row_bytes)
+        plan = TileReuse(first.lhs, from_k, offset, size, per_row * (first.bk - from_k))
+        if best is None or plan.register_values < best.register_values:
+            best = plan
+    return best if best is not None and best.register_values <= MAX_REGISTER_TILE else None
 
 
 def slots_per_thread(s: OperandStaging, threads: int) -> int:

@@ -14,7 +14,7 @@ from ...target import Target
 from .dot_spec import DotKernelSpec
 from ...elemental.convert import emit_convert
 from .dot_config import epilogue_index
-from .dot_staging import OperandStaging, slots_per_thread
+from .dot_staging import OperandStaging, TileReuse, slots_per_thread
 from .tiles import (BK, BM, BN, NUM_THREADS, RM, RN, TX, TY, bounds, emit_tiled_mainloop, load_or_zero,
                     staged_slots, store_epilogue)
 
@@ -55,7 +55,10 @@ class DotKernelEmission:
             # 1-D block and XLA's grid: block -> (batch, M tile, N tile), N tile fastest
             self.bm, self.bn, self.bk, self.threads = t.bm, t.bn, t.bk, t.threads
             self.tid = kb.thread_id(0)
-            tx, ty = b.urem(self.tid, kb.index(t.tx)), b.udiv(self.tid, kb.index(t.tx))
+            if t.m_fastest:
+                tx, ty = b.udiv(self.tid, kb.index(t.ty)), b.urem(self.tid, kb.index(t.ty))
+            else:
+                tx, ty = b.urem(self.tid, kb.index(t.tx)), b.udiv(self.tid, kb.index(t.tx))
             tm, tn = t.tiles(g.M, g.N)
             launch = spec.launch
             if launch.grid[1] == 1 and launch.grid[2] == 1:
@@ -103,16 +106,21 @@ class DotKernelEmission:
                                    kb.delinearize(k, g.k_dims), kb.delinearize(n, g.n_dims))
             store(b_tile, lambda nn=nn, kk=kk: b_offset(kk, nn), self._load(rhs, index, conds, tile_et, zero), guard)
 
-    def epilogue(self, points: Sequence[tuple]) -> ir.Module:
+    def epilogue(self, points: Sequence[tuple], along_m: bool = False) -> ir.Module:
         """Each (m, n, slot[, extra store conditions]) of this thread: the accumulator in ``slot`` (at row ``m0 + m``,
         column ``n0 + n`` of the canonical output) injected as the dot's value and the root
-        stored; then the kernel ends."""
+        stored; then the kernel ends. ``slot`` a list of ``v`` slots: columns ``n .. n + v -
+        1`` (rows ``m .. m + v - 1`` where ``along_m``), the root computed element by element
+        and stored as one vector (see ``_store_vectors``)."""
         kb, b, spec, g = self.kb, self.b, self.spec, self.spec.geometry
 
         def point(mm, nn, slot, extra=()):
             m, n = b.add(self.m0, mm), b.add(self.n0, nn)
             return ([*extra, *bounds(kb, (m, g.M, self.bm), (n, g.N, self.bn))],
                     lambda: [*self.bidx, *kb.delinearize(m, g.m_dims), *kb.delinearize(n, g.n_dims)], slot)
+        if any(isinstance(p[2], list) for p in points):
+            _store_vectors(self, [(b.add(self.m0, p[0]), b.add(self.n0, p[1]), *p[2:]) for p in points], along_m)
+            return self.kernel.finish()
         pts = [point(*p) for p in points]
         if spec.epilogue_moves:
             _store_moved_epilogue(kb, self.fe, spec, self.out_ptr, pts)
@@ -153,6 +161,51 @@ def _store_moved_epilogue(kb, fe, spec: DotKernelSpec, out_ptr, points) -> None:
             fe.store(root.shape, out_ptr, index, fe.root_value(root, index))
 
 
+def _store_vectors(e: DotKernelEmission, groups: Sequence[tuple], along_m: bool = False) -> None:
+    """The epilogue as vector stores: each (m, n, slots[, extra conditions]) (GEMM row ``m``,
+    columns ``n .. n + v - 1`` of the canonical output, or rows ``m .. m + v - 1`` of column
+    ``n`` where ``along_m``, ``slots`` their accumulators; a single slot: a scalar store). Where
+    the bounds hold (those of ``(m, n)`` hold for the group: the contiguous dim and the block
+    tile are multiples of ``v``), each lane's accumulator is injected as the
+    dot's value at its own index and the root computed there (the epilogue's ops per element,
+    through the epilogue's element moves where it has them), then the lanes are stored as one
+    vector at the first lane's offset: adjacent elements (``contiguous_output``), aligned to
+    the vector's size (the offset a multiple of ``v``, kernel buffers 16-byte aligned)."""
+    kb, b, fe, spec, g = e.kb, e.b, e.fe, e.spec, e.spec.geometry
+    dot, root = spec.dot, spec.root
+    chain = list(spec.epilogue_chain or ())
+    et = root.shape.element_type
+    st = storage_type(et)
+    current: dict = {}
+    fe.inject(dot, lambda index: current["value"])
+    for m, n, slots, *rest in groups:
+        lanes = slots if isinstance(slots, list) else [slots]
+        conds = [*(rest[0] if rest else ()), *bounds(kb, (m, g.M, e.bm), (n, g.N, e.bn))]
+        with kb.if_all(conds), fe.scope():
+            fixed = kb.delinearize(n if along_m else m, g.n_dims if along_m else g.m_dims)
+            stored, offset = [], None
+            for lane, slot in enumerate(lanes):
+                first = m if along_m else n
+                moving = kb.delinearize(first if lane == 0 else b.add(first, kb.index(lane)),
+                                        g.m_dims if along_m else g.n_dims)
+                index = [*e.bidx, *moving, *fixed] if along_m else [*e.bidx, *fixed, *moving]
+                with fe.scope():
+                    if chain and spec.epilogue_moves:
+                        index = epilogue_index(kb, chain, dot, index)
+                    current["value"] = emit_convert(b, b.load(slot), spec.acc_type, dot.shape.element_type)
+                    stored.append(to_storage(b, fe.root_value(root, index), et))
+                    if lane == 0:
+                        offset = fe.offset(root.shape, index)
+            ptr = b.gep(e.out_ptr, [offset], inbounds=True, source_etype=st)
+            if len(stored) == 1:
+                b.store(stored[0], ptr)
+                continue
+            vec: ir.Value = ir.Constant(ir.VectorType(st, len(stored)), None)
+            for lane, v in enumerate(stored):
+                vec = b.insert_element(vec, v, ir.Constant(ir.IntType(32), lane))
+            b.store(vec, ptr, align=len(stored) * storage_bytes(et))
+
+
 def emit_tiled_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
     if spec.tiling is not None:
         return _emit_configured_dot_kernel(target, spec)
@@ -172,8 +225,9 @@ def emit_tiled_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
 def _emit_configured_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Module:
     """The tiled path with the config's tiling (``DotTiling``): operand-typed ``bk x bm`` and
     ``bk x bn`` shared tiles, ``num_stages`` of them, staged with wide loads
-    (``dot_staging.py``), each thread's ``rm x rn`` register tile, outputs outside the block
-    tile skipped."""
+    (``dot_staging.py``), each thread's ``rm x rn`` register tile (columns in groups of ``vn``
+    adjacent ones, stored as one vector each), outputs outside the block tile skipped. With
+    ``spec.tile_reuse`` one tile's bytes hold both operands (``reused_tile_mainloop``)."""
     e = DotKernelEmission(target, spec)
     kb, b, t = e.kb, e.b, spec.tiling
     sa, sb = spec.staging
@@ -187,11 +241,13 @@ def _emit_configured_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Modul
             b.store(zero, sl)
     fma = e.module.declare_intrinsic("llvm.fma", [at], ir.FunctionType(at, [at, at, at])) if is_float else None
     # rows/columns of a thread's register tile beyond the block tile: clamped reads, no store
-    rows = [b.add(e.ty, kb.index(t.ty * i)) for i in range(t.rm)]
-    cols = [b.add(e.tx, kb.index(t.tx * j)) for j in range(t.rn)]
-    rows_c = [r if (i + 1) * t.ty <= t.bm else b.select(b.icmp_unsigned("<", r, kb.index(t.bm)), r, kb.index(0))
+    first_row = b.mul(e.ty, kb.index(t.vm)) if t.vm > 1 else e.ty
+    first_col = b.mul(e.tx, kb.index(t.vn)) if t.vn > 1 else e.tx
+    rows = [b.add(first_row, kb.index(t.row(0, i))) if t.row(0, i) else first_row for i in range(t.rm)]
+    cols = [b.add(first_col, kb.index(t.column(0, j))) if t.column(0, j) else first_col for j in range(t.rn)]
+    rows_c = [r if not t.row_guarded(i) else b.select(b.icmp_unsigned("<", r, kb.index(t.bm)), r, kb.index(0))
               for i, r in enumerate(rows)]
-    cols_c = [c if (j + 1) * t.tx <= t.bn else b.select(b.icmp_unsigned("<", c, kb.index(t.bn)), c, kb.index(0))
+    cols_c = [c if not t.column_guarded(j) else b.select(b.icmp_unsigned("<", c, kb.index(t.bn)), c, kb.index(0))
               for j, c in enumerate(cols)]
 
     def read(tile, s, offset):
@@ -199,11 +255,16 @@ def _emit_configured_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Modul
         v = b.load(b.gep(tile, [offset], inbounds=True, source_etype=st), typ=st)
         return emit_convert(b, from_storage(b, v, s.element_type), s.element_type, spec.acc_type)
 
-    def compute(a_tile, b_tile):
+    def a_values(a_tile, kk: int) -> list:
+        return [read(a_tile, sa, b.add(r, kb.index(kk * t.bm))) for r in rows_c]
+
+    def b_values(b_tile, kk: int) -> list:
+        return [read(b_tile, sb, b.add(c, kb.index(kk * t.bn))) for c in cols_c]
+
+    def accumulate(a_of: Callable[[int], list], b_of: Callable[[int], list], order: Sequence[int] = ()) -> None:
         acc = [[b.load(sl) for sl in row] for row in slots]
-        for kk in range(t.bk):
-            a_vals = [read(a_tile, sa, b.add(r, kb.index(kk * t.bm))) for r in rows_c]
-            b_vals = [read(b_tile, sb, b.add(c, kb.index(kk * t.bn))) for c in cols_c]
+        for kk in order or range(t.bk):
+            a_vals, b_vals = a_of(kk), b_of(kk)
             for i in range(t.rm):
                 for j in range(t.rn):
                     acc[i][j] = (b.call(fma, [a_vals[i], b_vals[j], acc[i][j]]) if is_float
@@ -212,16 +273,63 @@ def _emit_configured_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Modul
             for j in range(t.rn):
                 b.store(acc[i][j], slots[i][j])
 
-    config_mainloop(e, compute)
+    r = spec.tile_reuse
+    if r is not None:
+        first_values = a_values if r.first_lhs else b_values
+
+        def compute(regs: list, first_tile, second_tile) -> None:
+            def first_of(kk: int) -> list:
+                return regs[kk - r.from_k] if kk >= r.from_k else first_values(first_tile, kk)
+            # the values in registers first: their registers are free for the rest
+            order = [*range(r.from_k, t.bk), *range(r.from_k)]
+            if r.first_lhs:
+                accumulate(first_of, lambda kk: b_values(second_tile, kk), order)
+            else:
+                accumulate(lambda kk: a_values(second_tile, kk), first_of, order)
+        reused_tile_mainloop(e, r, lambda tile: [first_values(tile, kk) for kk in range(r.from_k, t.bk)], compute)
+    else:
+        config_mainloop(e, lambda a_tile, b_tile: accumulate(lambda kk: a_values(a_tile, kk),
+                                                             lambda kk: b_values(b_tile, kk)))
 
     def extra(i, j):
         out = []
-        if (i + 1) * t.ty > t.bm:
+        if t.row_guarded(i):
             out.append(b.icmp_unsigned("<", rows[i], kb.index(t.bm)))
-        if (j + 1) * t.tx > t.bn:
+        if t.column_guarded(j):
             out.append(b.icmp_unsigned("<", cols[j], kb.index(t.bn)))
         return out
-    return e.epilogue([(rows[i], cols[j], slots[i][j], extra(i, j)) for i in range(t.rm) for j in range(t.rn)])
+    # one point per group of vn adjacent columns or vm adjacent rows (a vector store)
+    if t.vm > 1:
+        return e.epilogue([(rows[i], cols[j], [slots[i + lane][j] for lane in range(t.vm)], extra(i, j))
+                           for i in range(0, t.rm, t.vm) for j in range(t.rn)], along_m=True)
+    return e.epilogue([(rows[i], cols[j], slots[i][j:j + t.vn] if t.vn > 1 else slots[i][j], extra(i, j))
+                       for i in range(t.rm) for j in range(0, t.rn, t.vn)])
+
+
+def reused_tile_mainloop(e: DotKernelEmission, reuse: TileReuse, read_first: Callable[[ir.Value], list],
+                         compute: Callable[[list, ir.Value, ir.Value], None]) -> None:
+    """The K loop of a one-stage config tiling whose operand tiles share one buffer of dynamic
+    shared memory (``dot_staging.TileReuse``): per K step the first operand is staged at byte
+    0, ``read_first(tile)`` reads this thread's values of its rows ``k >= from_k`` into
+    registers, then the other operand is staged at ``second_offset`` (over those rows) and
+    ``compute(values, first_tile, second_tile)`` runs; a barrier after each of the four (the
+    last one also ends the step: the next step's first tile overwrites the second)."""
+    kb, b, spec, target = e.kb, e.b, e.spec, e.target
+    sa, sb = spec.staging
+    first, second = (sa, sb) if reuse.first_lhs else (sb, sa)
+    tile = target.shared_array(b, "dot_tiles", I8, 0)   # dynamic: LaunchDims.shared_bytes
+    second_tile = b.gep(tile, [kb.index(reuse.second_offset)], inbounds=True, source_etype=I8)
+    with kb.loop(0, -(-spec.geometry.K // spec.tiling.bk), name="kstep") as step:
+        with e.fe.scope():
+            _stage_operand(e, first, step, tile)
+        target.barrier(b)
+        values = read_first(tile)
+        target.barrier(b)
+        with e.fe.scope():
+            _stage_operand(e, second, step, second_tile)
+        target.barrier(b)
+        compute(values, tile, second_tile)
+        target.barrier(b)
 
 
 def config_mainloop(e: DotKernelEmission, compute: Callable[[ir.Value, ir.Value], None]) -> None:
