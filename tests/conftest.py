@@ -59,6 +59,7 @@ def _compile_cache_in_tmp(tmp_path_factory, monkeypatch):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The ``slow`` tests first (a stable sort; the same order on every xdist worker): under
-    ``-n``, they start at once on different workers instead of one of them ending the run alone."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The ``slow`` tests first, then the ``long`` ones (a stable sort; the same order on every
+    xdist worker): under ``-n``, they start early on different workers instead of one of them
+    ending the run alone (``test_mypy``, collected last, was the run's last 40 s on one core)."""
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, item.get_closest_marker("long") is None))

@@ -25,6 +25,7 @@ def test_ruff():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.long
 def test_mypy(tmp_path):
     # the cache in the test's own folder: nothing written into the checkout, no two runs sharing one
     proc = _run("mypy", "--cache-dir", str(tmp_path / "mypy-cache"), "hlo_compile", timeout=300)

@@ -26,6 +26,8 @@ def storage_dtype(et: str) -> np.dtype:
 @lru_cache(maxsize=256)
 def permutation(shape: Shape) -> np.ndarray | None:
     """Physical position of each row-major logical element; None when it is the identity."""
+    if shape.has_default_layout() and physical_size(shape) == _count(shape):
+        return None  # row-major, untiled, unpadded: known without building it (seconds for 1e8 elements)
     perm = physical_permutation(shape)
     if len(perm) == physical_size(shape) and np.array_equal(perm, np.arange(len(perm))):
         return None

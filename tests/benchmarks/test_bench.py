@@ -26,6 +26,7 @@ def _is_number(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
+@pytest.mark.long
 def test_cpu_suite_quick_json(tmp_path):
     out = tmp_path / "bench.json"
     proc = _bench("--suite", "cpu", "--quick", "--json", str(out))

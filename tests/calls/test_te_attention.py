@@ -578,6 +578,7 @@ def test_llama_70b_calls_are_read_and_lowered():
     assert not _te_calls(module)
 
 
+@pytest.mark.long
 def test_llama_8b_stacked_leaves_are_followed_through_the_scan():
     """The 8B benchmark keeps each layer's softmax_aux and rng_state through a rematerialisation
     barrier for its backward call: followed there, every call is lowered."""

@@ -7,11 +7,14 @@ fusion planning, indexing, LLVM IR, O3 and PTX. An ``HloError`` (the CLI's exit 
 ``UserError`` (an empty file) are fine; any other exception is the "unexpected failure ... this
 is a bug in hlo-compile" of the CLI, and fails the test with the file and the traceback's end.
 
-Files over ``SIZE_LIMIT`` bytes are skipped to keep this test near a minute on two cores (about
-75 s with the machine loaded): the big real models (ResNet-50, the fp8 Llamas, MaxText,
-MobileNet, the 1.8 MB slow-compile loop, Llama 3.1 8B) take from seconds to more than a minute
-each. ``HLO_CORPUS_LARGE=1`` runs them too (``test_large_corpus_compiles_or_refuses``: the 10
-files over the limit took 2.6 min on two loaded cores; none failed internally). Modules are
+One test per file (``test_corpus_file_compiles_or_refuses[<path under the corpus>]``), largest
+first, so that pytest-xdist spreads them over its workers: together about two minutes of one
+core, a third of it the six ~170 KB Llama benchmark modules (10-15 s each).
+
+Files over ``SIZE_LIMIT`` bytes are left to ``test_large_corpus_compiles_or_refuses``: the big
+real models (ResNet-50, the fp8 Llamas, MaxText, MobileNet, the 1.8 MB slow-compile loop, Llama
+3.1 8B) take from seconds to more than a minute each. ``HLO_CORPUS_LARGE=1`` runs them too (the
+10 files over the limit took 2.6 min on two loaded cores; none failed internally). Modules are
 ``.hlo`` (and ``.txt``, none in the corpus today).
 """
 from __future__ import annotations
@@ -26,6 +29,8 @@ from hlo_compile.cli.common import UserError, read_modules
 from hlo_compile.hlo import HloError
 from hlo_compile.options import CompileOptions
 from hlo_compile.driver.pipeline import run_pipeline
+
+from conftest import corpus_root
 
 SIZE_LIMIT = 250_000  # bytes; see the module docstring
 
@@ -58,11 +63,23 @@ def _check(files: list[Path]) -> None:
     assert not failures, f"{len(failures)} of {len(files)} corpus files fail internally:\n" + "\n".join(failures)
 
 
-@pytest.mark.slow
-def test_corpus_compiles_or_refuses(corpus: Path):
-    files = _modules(corpus, large=False)
-    assert files, f"no .hlo file under {corpus}"
-    _check(files)
+def _params() -> list:
+    """One parameter per corpus file under ``SIZE_LIMIT``, the largest first (the long ones start
+    early instead of ending the run), named by its path under the corpus."""
+    root = corpus_root()
+    if root is None:
+        return [pytest.param(None, id="no-corpus", marks=pytest.mark.slow)]
+    files = sorted(_modules(root, large=False), key=lambda p: (-p.stat().st_size, p))
+    if not files:
+        return [pytest.param(None, id="empty-corpus", marks=pytest.mark.slow)]
+    return [pytest.param(p, id=p.relative_to(root).as_posix(), marks=pytest.mark.slow) for p in files]
+
+
+@pytest.mark.parametrize("path", _params())
+def test_corpus_file_compiles_or_refuses(corpus: Path, path: Path | None):
+    if path is None:
+        pytest.fail(f"no .hlo file under {corpus}")
+    _check([path])
 
 
 @pytest.mark.skipif(os.environ.get("HLO_CORPUS_LARGE") != "1", reason="set HLO_CORPUS_LARGE=1 (minutes)")

@@ -444,6 +444,7 @@ def _spawned_participant(text, options, world, k, uid, args, ordinal):
     return (k, uid, ordinal, args, text[:9])
 
 
+@pytest.mark.long
 def test_spawned_processes_get_the_id_their_gpu_and_report_failures():
     world = World(1, 3)
     res = spmd_run.run_spawned(world, "the-uid", lambda k: ("HloModule x", None, [k * 10], k),
@@ -653,6 +654,7 @@ def _compile_in_child(text, options, world, k, uid, args, ordinal):
     return exe.pipeline.cache_hits, "ptx" in exe.kernels and ".entry" in exe.kernels["ptx"]
 
 
+@pytest.mark.long
 def test_spawned_processes_read_the_kernels_the_launcher_compiled(tmp_path, monkeypatch):
     monkeypatch.setenv("HLO_COMPILE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr("hlo_compile.runtime.nccl_comm.gpu_arch", lambda ordinal=0: "sm_90")

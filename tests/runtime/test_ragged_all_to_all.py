@@ -262,6 +262,7 @@ def test_offsets_not_a_whole_number_per_member_are_refused():
 
 # ---- hlo-run on a module file ----------------------------------------------------------------------------
 
+@pytest.mark.long
 def test_hlo_run_on_four_partitions(tmp_path):
     groups = [[0, 1, 2, 3]]
     args = random_case(groups, 2, 25, 27, (3,), seed=6)
