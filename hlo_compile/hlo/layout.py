@@ -67,3 +67,16 @@ class Layout:
 
 def default_layout(rank: int) -> Layout:
     return Layout(tuple(range(rank - 1, -1, -1)))
+
+
+def unit_stride(shape, dim: int) -> bool:
+    """Whether consecutive indices along ``dim`` of array ``shape`` are consecutive elements in
+    memory: an untiled layout with only size-1 dimensions more minor than ``dim``."""
+    if shape.layout is not None and shape.layout.tiles:
+        return False
+    for d in shape.minor_to_major:
+        if d == dim:
+            return True
+        if shape.dimensions[d] != 1:
+            return False
+    return False

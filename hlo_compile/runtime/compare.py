@@ -125,6 +125,25 @@ def _exact_error_extent(expected: np.ndarray, actual: np.ndarray) -> tuple[float
     return float(max(diffs, default=0)), float(max(rels, default=0.0))
 
 
+def _float_errors(e: np.ndarray, a: np.ndarray, rtol: float, atol: float
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per element of float64 ``e`` (expected) and ``a``: NaN in one only, an infinity not
+    matched, |a - e| (0 where both are NaN or the same infinity), the relative error, and
+    whether the element fails ``|a - e| > atol + rtol * |e|`` (NaN against NaN passes)."""
+    e_nan, a_nan = np.isnan(e), np.isnan(a)
+    nan_bad = e_nan != a_nan
+    both_nan = e_nan & a_nan
+    e_inf, a_inf = np.isinf(e), np.isinf(a)
+    inf_bad = (e_inf | a_inf) & ~(e == a) & ~both_nan
+    with np.errstate(all="ignore"):
+        diff = np.abs(a - e)
+        diff = np.where(both_nan | ((e_inf | a_inf) & (e == a)), 0.0, diff)
+        rel = diff / np.abs(e)
+        rel = np.where(diff == 0, 0.0, rel)
+        bad = (nan_bad | inf_bad | (diff > atol + rtol * np.abs(e))) & ~both_nan
+    return nan_bad, inf_bad, diff, rel, bad
+
+
 _BLOCK = 1 << 18  # elements per block of ``_passed_by_blocks``
 
 
@@ -139,18 +158,8 @@ def _passed_by_blocks(expected: np.ndarray, actual: np.ndarray, rtol: float, ato
     max_abs, any_finite, max_rels = 0.0, False, []
     for start in range(0, ex.size, _BLOCK):
         e, a = _as_float(ex[start:start + _BLOCK]), _as_float(ac[start:start + _BLOCK])
-        e_nan, a_nan = np.isnan(e), np.isnan(a)
-        nan_bad = e_nan != a_nan
-        both_nan = e_nan & a_nan
-        e_inf, a_inf = np.isinf(e), np.isinf(a)
-        inf_bad = (e_inf | a_inf) & ~(e == a) & ~both_nan
-        with np.errstate(all="ignore"):
-            diff = np.abs(a - e)
-            diff = np.where(both_nan | ((e_inf | a_inf) & (e == a)), 0.0, diff)
-            rel = diff / np.abs(e)
-            rel = np.where(diff == 0, 0.0, rel)
-            bad = nan_bad | inf_bad | (diff > atol + rtol * np.abs(e))
-        if (bad & ~both_nan).any():
+        nan_bad, inf_bad, diff, rel, bad = _float_errors(e, a, rtol, atol)
+        if bad.any():
             return None
         finite = ~(nan_bad | inf_bad) & np.isfinite(diff)
         if finite.any():
@@ -194,18 +203,7 @@ def compare_arrays(expected: np.ndarray, actual: np.ndarray, *, rtol: float | No
             res.max_abs, res.max_rel = passed
             return res
     e, a = _as_float(expected), _as_float(actual)
-    e_nan, a_nan = np.isnan(e), np.isnan(a)
-    nan_bad = e_nan != a_nan
-    both_nan = e_nan & a_nan
-    e_inf, a_inf = np.isinf(e), np.isinf(a)
-    inf_bad = (e_inf | a_inf) & ~(e == a) & ~both_nan
-    with np.errstate(all="ignore"):
-        diff = np.abs(a - e)
-        diff = np.where(both_nan | ((e_inf | a_inf) & (e == a)), 0.0, diff)
-        rel = diff / np.abs(e)
-        rel = np.where(diff == 0, 0.0, rel)
-        bad = nan_bad | inf_bad | (diff > atol + rtol * np.abs(e))
-    bad = bad & ~both_nan
+    nan_bad, inf_bad, diff, rel, bad = _float_errors(e, a, rtol, atol)
     finite = ~(nan_bad | inf_bad) & np.isfinite(diff)
     res = LeafComparison(name, not bad.any(), n, int(bad.sum()), rtol, atol)
     res.max_abs = float(diff[finite].max()) if finite.any() else 0.0

@@ -30,6 +30,7 @@ from llvmlite import ir
 
 from ....hlo import HloInstruction
 from ....hlo.opcodes import ELEMENTWISE
+from ....hlo.layout import unit_stride
 from ....hlo.shape import Shape
 from ...elemental.fused_emitter import FusedEmitter
 from ...llvm_types import from_storage, storage_bytes, storage_type
@@ -38,17 +39,6 @@ from ...target import KernelParam
 MAX_VECTOR_BYTES = 16        # ld/st.global.v4.b32, v2.b64: the widest single access
 BUFFER_ALIGN = KernelParam.align  # every kernel pointer is declared with this alignment (16)
 
-
-def unit_stride(shape: Shape, dim: int) -> bool:
-    """Whether consecutive indices along ``dim`` are consecutive elements in memory."""
-    if shape.layout is not None and shape.layout.tiles:
-        return False
-    for d in shape.minor_to_major:
-        if d == dim:
-            return True
-        if shape.dimensions[d] != 1:
-            return False
-    return False
 
 
 def group_size(row_length: int, slots: int) -> int:

@@ -19,6 +19,7 @@ from typing import Sequence
 from llvmlite import ir
 
 from ....hlo import HloInstruction
+from ....hlo.layout import unit_stride
 from ....hlo.shape import Shape
 from ...elemental.fused_emitter import FusedEmitter
 from ...kernel_builder import KernelBuilder
@@ -87,17 +88,6 @@ def element_pointer(kb: KernelBuilder, ptr: ir.Value, etype: ir.Type, linear: ir
 
 # ---- vector loads ----------------------------------------------------------------------------
 
-def _unit_stride(shape: Shape, dim: int) -> bool:
-    """Whether consecutive indices along ``dim`` are consecutive in memory."""
-    if shape.layout is not None and shape.layout.tiles:
-        return False
-    for d in shape.minor_to_major:
-        if d == dim:
-            return True
-        if shape.dimensions[d] != 1:
-            return False
-    return False
-
 
 def _offset(fe: FusedEmitter, shape: Shape, index: Sequence[ir.Value]) -> ir.Value:
     """``fe.offset``, but the linear index itself where ``index`` was delinearised from it in
@@ -161,7 +151,7 @@ class VectorLoads:
             hint = self.hints.get(self.key(index))
             b, et = fe.kb.b, p.shape.element_type
             st = storage_type(et)
-            if hint is None or not _unit_stride(p.shape, hint[2]):
+            if hint is None or not unit_stride(p.shape, hint[2]):
                 load = b.load(b.gep(fe.parameter_pointer(p), [_offset(fe, p.shape, index)], inbounds=True,
                                     source_etype=st), typ=st)
                 fe.target.mark_invariant(load)
