@@ -191,8 +191,8 @@ def compare_arrays(expected: np.ndarray, actual: np.ndarray, *, rtol: float | No
             for f in flat:
                 idx = np.unravel_index(f, expected.shape)
                 ev, av = expected[idx].item(), actual[idx].item()
-                diff, rel = _exact_error_extent(np.array([ev]), np.array([av]))
-                res.worst.append((tuple(int(i) for i in idx), ev, av, diff, rel))
+                d_abs, d_rel = _exact_error_extent(np.array([ev]), np.array([av]))
+                res.worst.append((tuple(int(i) for i in idx), ev, av, d_abs, d_rel))
             res.message = "integer/pred results must match exactly"
             res.max_abs, res.max_rel = _exact_error_extent(e[bad], a[bad])
         return res
