@@ -207,7 +207,7 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
             try:
                 out = _run_stage(s, options, [values[n] for n in s.needs], result, env,
                                  only if s.dump_on_request and s is not wanted else None)
-                deferred = s.name == REPORT_STAGE and out.text is not None
+                deferred = s.name == REPORT_STAGE
                 if deferred:
                     out.text = _report_text(result, out.value)
                 if overrides is not None and s.name == "fusions":

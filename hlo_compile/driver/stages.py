@@ -180,13 +180,9 @@ def _fusions(options: CompileOptions, module: HloModule) -> StageOutput:
     plan = plan_prepared_module(module, options, reserved_kernel_symbols())
     check_runnable(plan.computations or [plan.module.entry], options.generated_call_families())
     check_launch_limits(plan)  # block, grid, static shared memory: before any code is made
-
-    def report() -> str:  # the cost model and the report: only when printed or dumped (and imported then)
-        from ..codegen.model.perf_model import cost_device, estimate_module
-        from ..codegen.report import fusion_report_text
-        cost = estimate_module(plan, cost_device(options.device, plan.device), tensor_cores=options.dot_tensor_cores)
-        return fusion_report_text(plan, cost)
-    return StageOutput(plan, LazyText(report))
+    # the text, the fusion report, is made by the driver from the compile's one cost estimate
+    # (pipeline._report_text, PipelineResult.cost)
+    return StageOutput(plan, None)
 
 
 def _indexing(options: CompileOptions, source: HloModule, *, only=None) -> StageOutput:
