@@ -155,7 +155,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a and b else None
 
 
-def compile_vs_xla_section(ns, corpus: Path | None, runs: int | None = None) -> dict:
+def compile_vs_xla_section(ns, corpus: Path | None, runs: int | None = None, only: list[str] | None = None) -> dict:
     runs = runs or getattr(ns, "xla_compile_runs", None) or 3
     notes: list[str] = []
     rows: list[dict] = []
@@ -173,7 +173,8 @@ def compile_vs_xla_section(ns, corpus: Path | None, runs: int | None = None) -> 
     if jenv is None:
         print(f"cpu: compile vs XLA: {why}", flush=True)
         return {"method": method, "rows": [], "skipped": why}
-    modules = [(name, corpus / rel) for name, rel in MODULES if (corpus / rel).is_file()]
+    modules = [(name, corpus / rel) for name, rel in MODULES
+               if (corpus / rel).is_file() and (not only or name in only)]
     with tempfile.TemporaryDirectory(prefix="hlo-vs-xla-") as tmp_name:
         tmp = Path(tmp_name)
         env = snapshot(tmp)
@@ -206,16 +207,18 @@ def compile_vs_xla_section(ns, corpus: Path | None, runs: int | None = None) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.compile_vs_xla [--runs N] [--corpus DIR]``: the section alone, as a table."""
+    """``python -m bench.compile_vs_xla [--runs N] [--corpus DIR] [--module ROW]``: the section alone, as a table."""
     import argparse
     ap = argparse.ArgumentParser(prog="python -m bench.compile_vs_xla")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--corpus", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--module", action="append", choices=[n for n, _ in MODULES],
+                    help="time only this row's module (repeatable; default: all)")
     ns = ap.parse_args(argv)
     from .cpu_suite import find_corpus
     corpus = ns.corpus or find_corpus()
-    out = compile_vs_xla_section(argparse.Namespace(quick=False), corpus, ns.runs)
+    out = compile_vs_xla_section(argparse.Namespace(quick=False), corpus, ns.runs, ns.module)
     print(out["method"])
     for r in out["rows"]:
         e = r["extra"]

@@ -27,6 +27,24 @@ def needs_libdevice() -> None:
         pytest.skip("no libdevice: the llvm-opt stage cannot run here")
 
 
+def fusion_chain(n: int, changed: int | None = None, again: int | None = None) -> str:
+    """A module of ``n`` loop fusions in a chain, each its own kernel (a constant each: no
+    kernel reuse); fusion ``changed`` gets another constant; ``again``: one more fusion at the
+    end calling ``%f{again}`` (a kernel launched twice)."""
+    comps, body = [], ["  %v0 = f32[64,32] parameter(0)"]
+    for i in range(n):
+        c = f"{i + 2}.5" if i != changed else f"{i + 2}.25"
+        comps.append(f"%f{i} (p: f32[64,32]) -> f32[64,32] {{\n  %p = f32[64,32] parameter(0)\n"
+                     f"  %c = f32[] constant({c})\n  %b = f32[64,32] broadcast(%c), dimensions={{}}\n"
+                     f"  %m = f32[64,32] multiply(%p, %b)\n  ROOT %t = f32[64,32] tanh(%m)\n}}\n")
+    calls = list(range(n)) + ([again] if again is not None else [])
+    for i, f in enumerate(calls):
+        root = "ROOT " if i == len(calls) - 1 else ""
+        body.append(f"  {root}%v{i + 1} = f32[64,32] fusion(%v{i}), kind=kLoop, calls=%f{f}")
+    return ("HloModule many\n\n" + "\n".join(comps) + "\nENTRY %main (x: f32[64,32]) -> f32[64,32] {\n"
+            + "\n".join(body) + "\n}\n")
+
+
 def filecheck(text: str, checks: str, tmp_path: Path) -> None:
     """In-process FileCheck; on failure the input and checks stay in ``tmp_path`` and the
     message carries the command that reproduces it."""

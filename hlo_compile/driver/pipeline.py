@@ -163,6 +163,9 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
     neither run nor written for a dump unless ``emit`` or ``then`` asks for them."""
     result = PipelineResult(module, options)
     env = StageEnv(KernelStore(cache, options) if cache is not None else None, jobs, progress)
+    if jobs > 1:
+        from .kernel_workers import KernelWorkers
+        env.workers = KernelWorkers(jobs)
     wanted = stage(emit) if emit else None
     all_stages = [*STAGES, *then]
     goals = _closure(list(then) or ([wanted] if wanted else STAGES), all_stages)
@@ -175,6 +178,7 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
     elif dump is not None and dump_indexing:
         only = re.compile(dump_indexing) if isinstance(dump_indexing, str) else dump_indexing
     required = {s.name for s in (goals if then else order)}
+    env.compiles_ir = any(s.name == "llvm-opt" for s in order)
     if dump is not None:
         result.writer = dump.module(module, module_index, options.arch)
     values = result.values
@@ -235,6 +239,7 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
                 _write_stage(result.writer, s, out)
         finished = True
     finally:
+        env.close()
         if dump is not None and result.summary is None:  # (after a failure: what there is, never a second error)
             _summarise(dump, result, report, finished and REPORT_STAGE in required)
     return result

@@ -102,6 +102,15 @@ class StageEnv:
     # this module's ``overrides.ModuleOverrides``: kernels whose IR or PTX comes from a file
     # (they change the output, and never go through ``store``)
     overrides: Any = None
+    # ``kernel_workers.KernelWorkers``: the forked workers of this compile (None: -j 1), and
+    # whether ``llvm-opt`` runs after ``llvm`` (the workers then compile kernels as they are emitted)
+    workers: Any = None
+    compiles_ir: bool = False
+
+    def close(self) -> None:
+        """Stop the workers, if any were started."""
+        if self.workers is not None:
+            self.workers.close()
 
     def report(self, stage: str, done: int, total: int) -> None:
         if self.progress is not None:
@@ -206,15 +215,19 @@ def _llvm(options: CompileOptions, plan: ModulePlan, *, env: StageEnv | None = N
     ov = env.overrides
     overridden = {k.kernel_name for k in unique if ov and (ov.kernels.get(k.kernel_name) or ov.module_ir)}
     hits = env.store.find_named(unique, skip=overridden) if env.store is not None else {}  # overrides: never kept
-    for n, k in enumerate(unique):  # a kernel several fusions launch is emitted once
+    for k in unique:
         hit = hits.get(k.kernel_name)
         if hit is not None:
             kernel_ir[k.kernel_name], cached[k.kernel_name] = hit
-        else:
+    todo = [k for k in unique if k.kernel_name not in hits]
+    if env.workers is not None and not env.workers.started and env.workers.workers_for(len(todo)):
+        _emit_in_workers(options, env, target, todo, overridden, kernel_ir, seconds, len(unique) - len(todo))
+    for k in todo:  # a kernel several fusions launch is emitted once
+        if k.kernel_name not in kernel_ir:  # (not by workers; one that failed there raises its error here)
             t0 = time.perf_counter()
             kernel_ir[k.kernel_name] = str(k.emit(target))
             seconds[k.kernel_name] = time.perf_counter() - t0
-        env.report("llvm", n + 1, len(unique))
+            env.report("llvm", len(kernel_ir), len(unique))
     module_ir, overridden = _apply_overrides(ov, kernel_ir) if overridden else (None, {})
 
     def linked() -> str:
@@ -224,6 +237,30 @@ def _llvm(options: CompileOptions, plan: ModulePlan, *, env: StageEnv | None = N
         return link_kernel_modules(target, plan.module.name, [kernel_ir[k.kernel_name] for k in unique])
     return StageOutput(LinkedKernels(kernel_ir, cached, overridden, module_ir), LazyText(linked),
                        dict(kernel_ir), kernel_seconds=seconds)
+
+
+def _emit_in_workers(options: CompileOptions, env: StageEnv, target, todo: list, overridden: set[str],
+                     kernel_ir: dict, seconds: dict, cached: int) -> None:
+    """``todo``'s kernels emitted by ``env.workers`` into ``kernel_ir`` (in the kernels' order;
+    a kernel that failed there is left out) and, where ``llvm-opt`` follows, each one the cache
+    does not hold compiled there as soon as it is emitted, under its canonical names as
+    ``_compile_fresh`` compiles it."""
+    workers = env.workers
+
+    def prefetch(name: str, text: str, c) -> None:
+        if c is None or name in overridden:  # compiled under its own names, or replaced by a file
+            return
+        if env.store is not None and env.store.find_canonical({name: c}):
+            return
+        workers.prefetch(c.kernel, c.text, options.arch, options.opt_level)
+
+    got = workers.emit(target, todo, canonical=env.compiles_ir,
+                       progress=lambda done, total: env.report("llvm", cached + done, cached + total),
+                       prefetch=prefetch if env.compiles_ir else None)
+    for k, (text, t) in zip(todo, got):
+        if text is None:
+            break  # emitted again in order by the caller, which raises its error
+        kernel_ir[k.kernel_name], seconds[k.kernel_name] = text, t
 
 
 def _signature(kernel_ir: str, name: str) -> list[str]:
@@ -269,7 +306,7 @@ def _llvm_opt(options: CompileOptions, plan: ModulePlan, llvm: LinkedKernels, *,
         return _whole_module_override(options, plan, llvm, env.overrides)
     todo = [n for n in names if n not in llvm.cached]
     t0 = time.perf_counter()
-    canonical = _canonical_kernels(llvm, todo)
+    canonical = _canonical_kernels(llvm, todo, env)
     canonical.update({n: None for n in llvm.overridden})  # compiled under its own names, never cached
     found = env.store.find_canonical(canonical) if env.store is not None else {}
     results, fresh = dict(llvm.cached), []
@@ -387,11 +424,16 @@ def _compile_fresh(options: CompileOptions, env: StageEnv, llvm: LinkedKernels, 
     return out, direct
 
 
-def _canonical_kernels(llvm: LinkedKernels, todo: list[str]) -> dict:
+def _canonical_kernels(llvm: LinkedKernels, todo: list[str], env: StageEnv) -> dict:
     """Each kernel of ``todo``: its IR under canonical names (``kernel_names.CanonicalKernel``),
-    or None where it is compiled under its own."""
+    or None where it is compiled under its own (made by the workers that emitted it, if any)."""
     from .kernel_names import canonical_ir
-    return {n: canonical_ir(llvm.kernel_ir[n], n) for n in todo}
+    made = env.workers.canonical if env.workers is not None else {}
+    out = {}
+    for n in todo:
+        text, c = made.get(n, (None, None))
+        out[n] = c if text is not None and text is llvm.kernel_ir[n] else canonical_ir(llvm.kernel_ir[n], n)
+    return out
 
 
 def _restored(c, llvm_opt: str, ptx: str, seconds: dict | None = None):
@@ -409,6 +451,9 @@ def _compile(options: CompileOptions, env: StageEnv, kernels: list[tuple[str, st
     from ..targets.nvptx.kernels import compile_kernels
     if not kernels:
         return []
+    if env.workers is not None and env.workers.started:  # the workers that emitted them
+        return env.workers.compile(kernels, options.arch, options.opt_level,
+                                   progress=lambda done, total: env.report("llvm-opt", done, total))
     return compile_kernels(kernels, options.arch, options.opt_level, jobs=env.jobs,
                            progress=lambda done, total: env.report("llvm-opt", done, total), compile_one=compile_to_ptx)
 

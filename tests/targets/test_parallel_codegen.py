@@ -18,25 +18,14 @@ from hlo_compile.driver.pipeline import run_pipeline
 from hlo_compile.targets.nvptx import kernels as kernels_mod
 from hlo_compile.targets.nvptx.kernels import merge_ptx, ptx_items
 
-from codegen_helpers import needs_libdevice
+from codegen_helpers import fusion_chain, needs_libdevice
 
 
 _needs_libdevice = needs_libdevice
 
 
 def _module(n: int, changed: int | None = None) -> str:
-    """``n`` fusions that differ (a constant each: no kernel reuse); fusion ``changed`` gets
-    another constant."""
-    comps, body = [], ["  %v0 = f32[64,32] parameter(0)"]
-    for i in range(n):
-        c = f"{i + 2}.5" if i != changed else f"{i + 2}.25"
-        comps.append(f"%f{i} (p: f32[64,32]) -> f32[64,32] {{\n  %p = f32[64,32] parameter(0)\n"
-                     f"  %c = f32[] constant({c})\n  %b = f32[64,32] broadcast(%c), dimensions={{}}\n"
-                     f"  %m = f32[64,32] multiply(%p, %b)\n  ROOT %t = f32[64,32] tanh(%m)\n}}\n")
-        root = "ROOT " if i == n - 1 else ""
-        body.append(f"  {root}%v{i + 1} = f32[64,32] fusion(%v{i}), kind=kLoop, calls=%f{i}")
-    return ("HloModule many\n\n" + "\n".join(comps) + "\nENTRY %main (x: f32[64,32]) -> f32[64,32] {\n"
-            + "\n".join(body) + "\n}\n")
+    return fusion_chain(n, changed)
 
 
 N = 6
@@ -120,11 +109,22 @@ def test_merge_keeps_one_header_shared_declarations_once_and_renames_clashes():
         merge_ptx([a, _kernel("kc").replace("sm_80", "sm_90")], ["ka", "kc"])
 
 
+def test_runnable_elsewhere_reads_this_moment_not_the_average(monkeypatch, tmp_path):
+    import builtins
+    real_open = builtins.open
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text("2.90 2.50 1.20 3/412 12345\n")  # a high average, 2 others running now
+    monkeypatch.setattr(builtins, "open", lambda f, *a, **k: real_open(loadavg if f == "/proc/loadavg" else f, *a, **k))
+    assert kernels_mod.runnable_elsewhere() == 2
+    loadavg.write_text("2.90 2.50 1.20 1/412 12345\n")  # the load has gone: this process alone
+    assert kernels_mod.runnable_elsewhere() == 0
+
+
 def test_workers_only_on_free_cores(monkeypatch):
     monkeypatch.setattr(kernels_mod, "default_jobs", lambda: 2)
-    monkeypatch.setattr(kernels_mod.os, "getloadavg", lambda: (1.0, 1.0, 1.0))  # this process alone
+    monkeypatch.setattr(kernels_mod, "runnable_elsewhere", lambda: 0)  # this process alone
     assert kernels_mod.free_cpus() == 2
-    monkeypatch.setattr(kernels_mod.os, "getloadavg", lambda: (3.2, 3.0, 3.0))  # others keep both busy
+    monkeypatch.setattr(kernels_mod, "runnable_elsewhere", lambda: 3)  # others keep both busy
     assert kernels_mod.free_cpus() == 1
     started = []
     monkeypatch.setattr(kernels_mod, "ProcessPoolExecutor", lambda *a, **k: started.append(k) or 1 / 0)

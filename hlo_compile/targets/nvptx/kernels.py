@@ -4,8 +4,10 @@ module's PTX put together from theirs (issue 17: parallel codegen, a cache entry
 A kernel's module (as emitted, its helpers prefixed with its name) goes through
 ``compile_to_ptx`` alone: libdevice linked, everything but the kernel internal, O3, PTX. With
 ``jobs`` > 1, at least ``PARALLEL_MIN_KERNELS`` kernels and cores free (``free_cpus``),
-worker processes do it (a worker costs an interpreter and LLVM's start-up); the results are
-taken in the kernels' order, so the output is the same bytes whatever ``jobs``.
+worker processes do it: forked ones that also emit the kernels (``driver/kernel_workers.py``)
+where forking is safe, else the spawned ones of ``compile_kernels`` (a spawned worker costs an
+interpreter and LLVM's start-up); the results are taken in the kernels' order, so the output
+is the same bytes whatever ``jobs``.
 
 ``ptx_text.merge_ptx`` makes one PTX module of the kernels' PTX; ``link_optimized`` links the
 optimised modules into one (the ``llvm-opt`` stage's text).
@@ -31,16 +33,29 @@ def default_jobs() -> int:
 
 
 def free_cpus() -> int:
-    """The CPUs not busy with other work: those this process may use less the 1-minute load
-    average (this process counted out). Measured on a 2-core machine: ResNet-50's 81 kernels
-    took 1.6 s in two workers and 2.3 s in one process when it was idle, but 5.4 s and 3.5 s
-    when other jobs kept the load at 3: workers help only where cores are free."""
+    """The CPUs not busy with other work: those this process may use less the threads other
+    processes are running now (``runnable_elsewhere``). Measured on a 2-core machine: ResNet-50's
+    81 kernels took 1.6 s in two spawned workers and 2.3 s in one process when it was idle, but
+    5.4 s and 3.5 s when other jobs kept both cores busy: workers help only where cores are free."""
     cpus = default_jobs()
+    return max(1, min(cpus, cpus - runnable_elsewhere()))
+
+
+def runnable_elsewhere() -> int:
+    """Threads of other processes running or waiting for a CPU at this moment (Linux's
+    /proc/loadavg, whose count includes this process), else the 1-minute load average less
+    this process. The moment's count, not the average: a compile that follows another job
+    (a benchmark's previous run) is not held to one core by a load that has already gone."""
     try:
-        load = os.getloadavg()[0]
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0])
+        return max(0, running - 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return max(0, int(os.getloadavg()[0] - 1 + 0.5))
     except (AttributeError, OSError):  # pragma: no cover - not Unix
-        return cpus
-    return max(1, min(cpus, int(cpus - load + 1 + 0.5)))
+        return 0
 
 
 def ProcessPoolExecutor(*args, **kwargs):  # noqa: N802 - stands for the class (a seam for tests)
