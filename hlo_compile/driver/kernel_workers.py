@@ -79,6 +79,7 @@ class KernelWorkers:
     def __init__(self, jobs: int) -> None:
         self.jobs = jobs
         self._pool: Any = None
+        self._workers = 0
         self._compiles: dict[tuple[str, str], Future] = {}   # (kernel name, IR) → LLVM's result
         self._waiting: list[tuple[str, str]] = []             # prefetched, not yet handed out
         self._arch_opt: tuple[str, int] | None = None
@@ -113,6 +114,7 @@ class KernelWorkers:
         gc.freeze()  # the parent's objects out of the workers' collections: their pages stay shared
         try:
             self._pool = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"))
+            self._workers = n
             # a fork-context pool forks every worker at the first submit, before its own threads
             futures = [self._pool.submit(_emit_one, i) for i in range(len(kernels))]
         finally:
@@ -152,7 +154,7 @@ class KernelWorkers:
         if not self._waiting or self._arch_opt is None:
             return
         queued = sum(1 for f in self._compiles.values() if not f.running() and not f.done())
-        room = len(self._waiting) if all_of_them else max(0, 2 * self._pool._max_workers - queued)
+        room = len(self._waiting) if all_of_them else max(0, 2 * self._workers - queued)
         if room <= 0:
             return
         self._waiting.sort(key=lambda item: len(item[1]))
