@@ -31,9 +31,7 @@ checks the contract on the whole corpus and on mutated inputs.
 from __future__ import annotations
 
 import re
-
-from lark import Lark
-from lark.lexer import PatternStr
+from typing import Any
 
 from . import records
 from .records import Body, Comp, Instr, Operand, PositionedError
@@ -79,25 +77,27 @@ class _Decline(Exception):
 
 
 class FastPath:
-    """Built once from the Lark parser (for its terminals); ``parse`` is reentrant."""
+    """Built once from the Lark parser's terminals (``grammar.terminals_of``, which
+    ``grammar.fast_path_terminals`` keeps between runs); ``parse`` is reentrant."""
 
-    def __init__(self, lark: Lark) -> None:
-        terminals = list(lark.terminals)
-        # lexer_conf, not ignore_tokens: a Lark loaded from its cache file has no ignore_tokens
-        self.ignored = frozenset(lark.lexer_conf.ignore)
-        # Lark's BasicLexer order (lark/lexer.py): the first terminal that matches wins.
-        terminals.sort(key=lambda t: (-t.priority, -t.pattern.max_width, -len(t.pattern.value), t.name))
-        self.order = [t.name for t in terminals]
-        self.regex = {t.name: re.compile(t.pattern.to_regexp()) for t in terminals}
-        name_re = self.regex["NAME"]
-        # String terminals that NAME also matches are matched as NAME and then renamed (Lark's
-        # "unless" callback), in the states that accept them.
-        self.keywords = {t.pattern.value: t.name for t in terminals
-                         if isinstance(t.pattern, PatternStr) and name_re.fullmatch(t.pattern.value)}
+    def __init__(self, terminals: dict[str, Any]) -> None:
+        self.ignored = frozenset(terminals["ignored"])
+        self.order = list(terminals["order"])  # Lark's BasicLexer order: the first that matches wins
+        self._patterns: dict[str, str] = terminals["regex"]
+        self._compiled: dict[str, re.Pattern] = {}
+        self.keywords: dict[str, str] = dict(terminals["keywords"])
         self._orders: dict[frozenset, tuple] = {}
-        self.instr_head = self.regex["INSTR_HEAD"]
-        self.operands = self.regex["OPERANDS"]
-        self.attribute = self.regex["ATTRIBUTE"]
+        self.instr_head = self.pattern("INSTR_HEAD")
+        self.operands = self.pattern("OPERANDS")
+        self.attribute = self.pattern("ATTRIBUTE")
+
+    def pattern(self, name: str) -> re.Pattern:
+        """Terminal ``name``'s compiled regex; compiled on first use (a module that never
+        reaches a state accepting a terminal does not pay for its regex)."""
+        p = self._compiled.get(name)
+        if p is None:
+            p = self._compiled[name] = re.compile(self._patterns[name])
+        return p
 
     def parse(self, text: str) -> tuple | None:
         """The transformer's result for ``text`` (``("module", [...])``), or None."""
@@ -109,7 +109,7 @@ class FastPath:
     def lexer_order(self, accepted: frozenset) -> tuple:
         order = self._orders.get(accepted)
         if order is None:
-            order = tuple((n, self.regex[n]) for n in self.order if n in accepted or n in self.ignored)
+            order = tuple((n, self.pattern(n)) for n in self.order if n in accepted or n in self.ignored)
             self._orders[accepted] = order
         return order
 

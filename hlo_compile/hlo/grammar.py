@@ -8,12 +8,16 @@ quantifiers, so a failed match is linear in the text it scans (no catastrophic b
 from __future__ import annotations
 
 import functools
+import json
+import os
 import re
 from pathlib import Path
-
-from lark import Lark
+from typing import TYPE_CHECKING, Any, Callable
 
 from .element_types import ELEMENT_TYPES, TYPE_ALIASES
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lark import Lark
 
 BLOCK_DEPTH = 16
 
@@ -86,31 +90,127 @@ def grammar_text() -> str:
     return text
 
 
-def _parser_cache_file(text: str) -> str | bool:
-    """Where Lark keeps the analysed grammar between runs (building the LALR tables takes
-    longer than parsing a small module): ``lark-<hash of the grammar and Lark's version>.pickle``
-    in the compile cache directory (``$HLO_COMPILE_CACHE_DIR``, else ``$XDG_CACHE_HOME/hlo-compile``,
+def _cache_root() -> str | None:
+    """The compile cache directory (``$HLO_COMPILE_CACHE_DIR``, else ``$XDG_CACHE_HOME/hlo-compile``,
     else ``~/.cache/hlo-compile``; the same rule as ``kernel_cache.default_cache_dir``, which
-    ``hlo/`` may not import). False (no cache) when the directory cannot be made."""
-    import hashlib
-    import os
-
-    import lark
+    ``hlo/`` may not import), made if missing; None when it cannot be made."""
     root = os.environ.get("HLO_COMPILE_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "hlo-compile")
     try:
         os.makedirs(root, exist_ok=True)
     except OSError:
+        return None
+    return root
+
+
+def _digest(lark_version: str, text: str) -> str:
+    import hashlib
+    return hashlib.sha256(f"{lark_version}\n{text}".encode()).hexdigest()[:24]
+
+
+def _parser_cache_file(text: str) -> str | bool:
+    """Where Lark keeps the analysed grammar between runs (building the LALR tables takes
+    longer than parsing a small module): ``lark-<hash of the grammar and Lark's version>.pickle``
+    in the compile cache directory (``_cache_root``). False (no cache) when the directory
+    cannot be made."""
+    import lark
+    root = _cache_root()
+    if root is None:
         return False
-    digest = hashlib.sha256(f"{lark.__version__}\n{text}".encode()).hexdigest()[:24]
-    return os.path.join(root, f"lark-{digest}.pickle")
+    return os.path.join(root, f"lark-{_digest(lark.__version__, text)}.pickle")
 
 
 @functools.lru_cache(maxsize=None)
 def build_parser(transformer_cls: type) -> Lark:
+    from lark import Lark
     text = grammar_text()
     # Lark checks the file against the grammar and options itself and rebuilds on a mismatch
     # or a damaged file; the transformer is not part of what it stores
     return Lark(text, parser="lalr", lexer="contextual", transformer=transformer_cls(),
                 maybe_placeholders=False, propagate_positions=False, cache=_parser_cache_file(text),
                 start=["start", "computation_body"])
+
+
+# ---- the fast path's terminals, without Lark ------------------------------------------------
+
+# what ``fast_path_terminals`` keeps (bump when it or the parser's Lark options change)
+_TERMINALS_FORMAT = "lalr-contextual-1"
+_VERSION_LINE = re.compile(r"""^__version__\s*(?::\s*str\s*)?=\s*["']([^"'\n]+)["']""", re.M)
+
+
+def _lark_version_unimported() -> str | None:
+    """Lark's ``__version__`` read from its ``__init__.py`` without importing it (the import
+    costs tens of milliseconds); None where it cannot be read so (then Lark is imported)."""
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec("lark")
+        if spec is None or not spec.origin or not spec.origin.endswith("__init__.py"):
+            return None
+        with open(spec.origin, encoding="utf-8") as f:
+            m = _VERSION_LINE.search(f.read())
+    except (OSError, ImportError, ValueError, UnicodeDecodeError):
+        return None
+    return m.group(1) if m else None
+
+
+def terminals_of(lark: Lark) -> dict[str, Any]:
+    """What the fast path (``fast_path.FastPath``) takes from the built parser: ``order``, the
+    terminals' names in Lark's BasicLexer order (lark/lexer.py: priority, then width, then
+    pattern length, then name; the first that matches wins); ``regex``, each terminal's
+    regular expression as Lark matches it; ``ignored``, the terminals skipped between tokens
+    (``lexer_conf``, not ``ignore_tokens``: a Lark loaded from its cache file has no
+    ``ignore_tokens``); ``keywords``: string terminals that NAME also matches, by their text
+    (matched as NAME and then renamed: Lark's "unless" callback)."""
+    from lark.lexer import PatternStr
+    terminals = sorted(lark.terminals, key=lambda t: (-t.priority, -t.pattern.max_width, -len(t.pattern.value),
+                                                       t.name))
+    regex = {t.name: t.pattern.to_regexp() for t in terminals}
+    name_re = re.compile(regex["NAME"])
+    return {"order": [t.name for t in terminals], "regex": regex, "ignored": sorted(lark.lexer_conf.ignore),
+            "keywords": {t.pattern.value: t.name for t in terminals
+                         if isinstance(t.pattern, PatternStr) and name_re.fullmatch(t.pattern.value)}}
+
+
+def _valid_terminals(data: Any) -> bool:
+    if not isinstance(data, dict) or data.get("format") != _TERMINALS_FORMAT:
+        return False
+    order, regex, ignored, keywords = (data.get(k) for k in ("order", "regex", "ignored", "keywords"))
+    return isinstance(order, list) and isinstance(regex, dict) and isinstance(ignored, list) \
+        and isinstance(keywords, dict) and sorted(order) == sorted(regex) and "NAME" in regex \
+        and all(isinstance(v, str) for v in regex.values()) and set(ignored) <= set(regex) \
+        and all(isinstance(k, str) and v in regex for k, v in keywords.items())
+
+
+def fast_path_terminals(build: Callable[[], Lark]) -> dict[str, Any]:
+    """``terminals_of`` the parser ``build()`` returns (``build_parser``'s), kept as JSON beside
+    Lark's own cache (``lark-terminals-<hash of the grammar and Lark's version>.json``): a
+    module the fast path reads then loads neither Lark nor its pickled tables. ``build`` is
+    called only when the file is missing or does not hold what this code writes."""
+    text = grammar_text()
+    version = _lark_version_unimported()
+    if version is None:
+        import lark
+        version = lark.__version__
+    root = _cache_root()
+    path = None if root is None else os.path.join(root, f"lark-terminals-{_digest(version, text)}.json")
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+            if _valid_terminals(data):
+                return data
+        except (OSError, ValueError):
+            pass
+    data = {"format": _TERMINALS_FORMAT, **terminals_of(build())}
+    if path is not None:
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(data, f)
+            os.replace(tmp, path)
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return data

@@ -1,7 +1,7 @@
 """HLO text → IR.
 
-Lark (LALR, contextual lexer, grammar in ``hlo_compile/grammars/hlo.lark``) runs the transformer below
-while it parses, so no parse tree is built: rules turn straight into small records
+Lark (LALR, contextual lexer, grammar in ``hlo_compile/grammars/hlo.lark``) runs the transformer of
+``lark_reader.py`` while it parses, so no parse tree is built: rules turn straight into small records
 (``records.py``). In front of it, a hand-written fast path (``fast_path.py``) reads common
 modules into the very same records, or declines and leaves the text to Lark, so every syntax
 error still comes from the grammar. A second pass (``_ModuleBuilder``) resolves names,
@@ -16,20 +16,16 @@ import os
 import re
 from typing import Any
 
-from lark import Token, Transformer
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
-
 from . import attributes as attrs_mod
 from .async_checks import check_async
 from .allowed_attributes import REQUIRED_ATTRIBUTES, allowed_attributes
 from .attributes import Attribute
 from .errors import HloParseError, HloVerifyError, LineIndex, location_at
 from .fast_path import FastPath
-from .grammar import build_parser
+from .grammar import fast_path_terminals
 from .ir import HloComputation, HloInstruction, HloModule
 from .literal import LiteralError, parse_literal, scalar_value
 from .opcodes import ASYNC_SUGAR_EXCLUDED, OPCODES
-from . import records
 from .records import Body, Comp, Instr, Operand, PositionedError, RawAttr
 from .shape import Shape
 from .shape_inference import ShapeInferenceError, infer_shape
@@ -42,187 +38,6 @@ from .element_types import ELEMENT_TYPES, TYPE_ALIASES
 _TRANSCENDENTAL = frozenset({"exponential", "exponential-minus-one", "log", "log-plus-one", "logistic", "sine",
                              "cosine", "tan", "tanh", "sqrt", "rsqrt", "cbrt", "erf", "acos", "acosh", "asin",
                              "asinh", "atanh", "cosh", "sinh"})
-
-
-def _operands(item: Any) -> list:
-    """The operands of a call: a list from the general rules, or one OPERANDS token."""
-    if not isinstance(item, Token):
-        return item
-    return records.plain_operands(str(item), item.start_pos)
-
-
-def _attrs(tokens: list) -> list[RawAttr]:
-    return [records.attribute(str(a), a.start_pos) for a in tokens]
-
-
-class _Transformer(Transformer):
-    """Callbacks run by the LALR parser as each rule is reduced."""
-
-    def shape(self, c):
-        return records.array_shape(str(c[0]), c[0].start_pos)
-
-    def tuple_shape(self, c):
-        return Shape.tuple_of(c)
-
-    def buffer_shape(self, c):
-        return Shape("buffer", tuple_shapes=(c[1],))
-
-    def opcall(self, c):
-        tok = c[0]
-        return records.opcall(str(tok), tok.start_pos, _operands(c[1]))
-
-    def operand_list(self, c):
-        return c
-
-    def fast_instruction(self, c):
-        tok = c[0]
-        return records.head_instruction(str(tok), tok.start_pos, _operands(c[1]), _attrs(c[2:]))
-
-    def instruction_body(self, c):
-        shape = None
-        i = 0
-        if isinstance(c[0], Shape):
-            shape = c[0]
-            i = 1
-        call = c[i]
-        if isinstance(call, Token):  # CONSTANT
-            call = records.constant_call(str(call), call.start_pos)
-        return Body(shape, call, _attrs(c[i + 1:]), call.pos)
-
-    def operand(self, c):
-        if len(c) == 1 and isinstance(c[0], Token):
-            tok = c[0]
-            if tok.type == "TYPED_OPERAND":
-                return records.typed_operand(str(tok), tok.start_pos)
-            if tok.type == "NAME":
-                return records.name_operand(str(tok), tok.start_pos)
-            return Operand("int", tok.start_pos, value=int(tok)) if re.fullmatch(r"-?\d+", tok) else \
-                Operand("ref", tok.start_pos, name=str(tok))
-        if len(c) == 1:  # a shape alone (single-instruction form)
-            return Operand("shape", -1, shape=c[0])
-        return Operand("ref", c[1].start_pos, name=str(c[1]).lstrip("%"), shape=c[0])
-
-    def nested_operand(self, c):
-        shape = c[0] if isinstance(c[0], Shape) else None
-        call = c[-1]
-        return Operand("nested", call.pos, body=Body(shape, call, [], call.pos))
-
-    def nested_constant(self, c):
-        shape = c[0] if isinstance(c[0], Shape) else None
-        tok = c[-1]
-        call = records.constant_call(str(tok), tok.start_pos)
-        return Operand("nested", tok.start_pos, body=Body(shape, call, [], tok.start_pos))
-
-    def instruction(self, c):
-        is_root = isinstance(c[0], Token) and c[0].type == "ROOT"
-        name_tok = c[1] if is_root else c[0]
-        return Instr(is_root, str(name_tok).lstrip("%"), name_tok.start_pos, c[-1])
-
-    def param(self, c):
-        return (str(c[0])[:-1].lstrip("%"), c[1], c[0].start_pos)
-
-    def signature(self, c):
-        return (c[:-1], c[-1])
-
-    def computation(self, c):
-        i = 0
-        is_entry = isinstance(c[0], Token) and c[0].type == "ENTRY"
-        if is_entry:
-            i = 1
-        name_tok = c[i]
-        i += 1
-        sig = None
-        if i < len(c) and isinstance(c[i], tuple):
-            sig = c[i]
-            i += 1
-        instrs = [x for x in c[i:] if isinstance(x, Instr)]
-        attrs = _attrs([x for x in c[i:] if isinstance(x, Token) and x.type == "ATTRIBUTE"])
-        return Comp(is_entry, str(name_tok).lstrip("%"), name_tok.start_pos, sig, instrs, attrs)
-
-    def computation_body(self, c):
-        return c
-
-    def module_name(self, c):
-        return c[0]
-
-    def module_header(self, c):
-        return ("header", c[0], _attrs(c[1:]))
-
-    def stack_frames(self, c):
-        return ("frames", str(c[0]))
-
-    def module(self, c):
-        return ("module", c)
-
-    def single_instruction(self, c):
-        return ("single", c[0])
-
-
-# ---- error messages ----------------------------------------------------------------------
-
-_TERMINAL_WORDS = {
-    "NAME": "a name", "NAME_COLON": "a parameter name followed by ':'", "ATTR_NAME": "an attribute (name=value)",
-    "OPCALL": "an opcode followed by '('", "SHAPE": "a shape", "TYPED_OPERAND": "an operand",
-    "CONSTANT": "constant(...)", "BRACE_BLOCK": "a {...} value", "PAREN_BLOCK": "a (...) value",
-    "STRING": "a string", "STACK_FRAMES": "stack frames", "ATTRIBUTE": "', attribute=value'",
-    "INSTR_HEAD": "an instruction", "OPERANDS": "operands",
-    "ENTRY": "ENTRY", "ROOT": "ROOT", "HLOMODULE": "HloModule", "BUFFER_OPEN": "b(", "INT": "an integer",
-    "LBRACE": "'{'", "RBRACE": "'}'", "LPAR": "'('", "RPAR": "')'", "COMMA": "','", "EQUAL": "'='",
-    "$END": "end of input",
-}
-
-
-def _words(expected: set[str]) -> str:
-    names = []
-    for t in sorted(expected):
-        if t in _TERMINAL_WORDS:
-            names.append(_TERMINAL_WORDS[t])
-        elif t.startswith("__ANON") or t == "MINUS":
-            names.append("'->'")
-        else:
-            names.append(t.lower())
-    names = sorted(set(names))
-    if len(names) == 1:
-        return names[0]
-    return ", ".join(names[:-1]) + " or " + names[-1]
-
-
-def _describe(tok: Token) -> str:
-    if tok.type == "$END":
-        return "end of input"
-    text = str(tok).strip()
-    if tok.type in ("INSTR_HEAD", "OPERANDS", "ATTRIBUTE"):  # coarse tokens: name the first word
-        text = re.split(r"[\s(]", text.lstrip(","). strip(), maxsplit=1)[0] or text[:1]
-    if len(text) > 40:
-        text = text[:37] + "..."
-    return f"'{text}'"
-
-
-def _lark_error(e: UnexpectedInput, text: str, filename: str) -> HloParseError:
-    if isinstance(e, UnexpectedToken):
-        tok = e.token
-        pos = tok.start_pos if tok.type != "$END" and tok.start_pos is not None else len(text)
-        msg = f"unexpected {_describe(tok)}; expected {_words(set(e.expected))}"
-        if tok.type == "$END":
-            msg = f"unexpected end of input; expected {_words(set(e.expected))}"
-    elif isinstance(e, UnexpectedCharacters):
-        pos = e.pos_in_stream
-        ch = text[pos] if pos < len(text) else ""
-        if text.startswith("/*", pos):
-            msg = "unterminated /* comment"
-        elif ch in "\"'":
-            msg = "unterminated string"
-        elif ch in "{(" and e.allowed and ({"BRACE_BLOCK", "PAREN_BLOCK"} & set(e.allowed)):
-            msg = f"unbalanced '{ch}'"
-        else:
-            msg = f"unexpected character '{ch}'" + (f"; expected {_words(set(e.allowed))}" if e.allowed else "")
-    elif isinstance(e, UnexpectedEOF):
-        pos = len(text)
-        msg = f"unexpected end of input; expected {_words(set(e.expected))}"
-    else:  # pragma: no cover
-        pos = 0
-        msg = str(e)
-    return HloParseError(msg, location_at(text, pos, filename))
 
 
 # ---- building the IR ---------------------------------------------------------------------
@@ -296,11 +111,7 @@ class _ModuleBuilder:
         start = a.start if start is None else start
         end = a.end if end is None else end
         padded = re.sub(r"[^\n]", " ", self.text[:start]) + self.text[start:end]
-        parser = build_parser(_Transformer)
-        try:
-            instrs = parser.parse(padded, start="computation_body")
-        except UnexpectedInput as e:
-            raise _lark_error(e, self.text, self.filename) from None
+        instrs = _lark_parse(padded, "computation_body", self.text, self.filename)
         name = f"{a.name}.inline.{start}"
         comp = self.build_computation(Comp(False, name, start, None, instrs))
         comp.attributes["inline"] = Attribute("inline", "true", True)
@@ -666,9 +477,22 @@ class _CompState:
 LARK_ONLY_ENV = "HLO_COMPILE_LARK_ONLY"
 
 
+def _lark_parse(text: str, start: str, error_text: str, filename: str) -> Any:
+    """Lark's parse of ``text`` from rule ``start``; its errors as ``HloParseError`` located in
+    ``error_text``. Lark and the transformer are imported here, on the first text the fast
+    path declines: a compile whose module it reads loads neither."""
+    from .lark_reader import lark_parse
+    return lark_parse(text, start, error_text, filename)
+
+
+def _lark_parser() -> Any:
+    from .lark_reader import lark_parser
+    return lark_parser()
+
+
 @functools.lru_cache(maxsize=None)
 def _fast_path() -> FastPath:
-    return FastPath(build_parser(_Transformer))
+    return FastPath(fast_path_terminals(_lark_parser))
 
 
 def _use_fast_path(fast_path: bool | None) -> bool:
@@ -707,10 +531,8 @@ def _parse_module(text: str, filename: str, verify: bool, fast: bool) -> HloModu
     try:
         result = _fast_path().parse(text) if fast else None
         if result is None:
-            result = build_parser(_Transformer).parse(text, start="start")
+            result = _lark_parse(text, "start", text, filename)
         module = _ModuleBuilder(text, filename).build_module(result)
-    except UnexpectedInput as e:
-        raise _lark_error(e, text, filename) from None
     except PositionedError as e:
         raise HloParseError(e.message, location_at(text, e.pos, filename)) from None
     except RecursionError:

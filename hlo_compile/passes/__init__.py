@@ -23,7 +23,6 @@ from .prepare_control_flow import prepare_control_flow
 from .scatter_operands import split_scatter_operands
 from .annotation_calls import rewrite_annotation_calls
 from .topk_custom_call import rewrite_topk_custom_calls
-from .triangular_solve_lowering import lower_triangular_solves
 from .tuple_copies import expand_tuple_copies
 from .fusion import fuse_instructions
 from .scatter_layouts import align_scatter_operand_layouts
@@ -51,6 +50,17 @@ class Pass:
     required: str = ""  # why code generation or the runtime cannot do without it ("": it may be skipped)
 
 
+def _lower_triangular_solves(module: HloModule) -> HloModule:
+    """``triangular_solve_lowering.lower_triangular_solves``, whose module (and the attention
+    builder it imports) is loaded only for a module that holds a triangular solve's or a
+    cholesky's opcode or a custom call (the cuBLAS trsm call): it changes no other module."""
+    if not any(i.opcode in ("triangular-solve", "cholesky", "custom-call") for c in module.computations
+               for i in c.instructions):
+        return module
+    from .triangular_solve_lowering import lower_triangular_solves
+    return lower_triangular_solves(module)
+
+
 # Every pass, in the order a compilation runs them: the one table ``run_passes``, ``hlo-compile
 # --list-passes``/``--passes`` (cli/pass_list.py) and the per-pass dumps read. A pass is added
 # here and nowhere else. Only ``fusion`` may be skipped (the same as --no-fusion).
@@ -61,7 +71,7 @@ PASSES: tuple[Pass, ...] = (
          "the runtime runs async sugar (X-start/X-done) only as async-start over a wrapped computation"),
     Pass("triangular-solve-lowering", "triangular-solve and cholesky (the ops, and cuBLAS's triangularSolve call) "
                                       "outside fusions as while loops of plain HLO",
-         lambda m, c: lower_triangular_solves(m),
+         lambda m, c: _lower_triangular_solves(m),
          "no emitter or runtime step runs triangular-solve or the cuBLAS trsm call"),
     Pass("layout-boundaries", "copies where layouts disagree across computation boundaries (as XLA's layout "
                               "assignment inserts them)",

@@ -13,17 +13,24 @@ Each family's lowering lives in its own module and registers its targets in ``LO
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 from ..hlo import HloComputation, HloInstruction, HloModule
 from ..hlo.calls.library_targets import TE_ATTENTION_TARGETS, library_family
-from ..hlo.calls.library_limits import library_refusal
-from . import conv_lowering, fmha_lowering, gemm_lowering, te_attention_lowering
 
 # target -> lower(computation, call): replaces ``call`` in ``computation`` by plain HLO
 Lowering = Callable[[HloComputation, HloInstruction], None]
-LOWERINGS: dict[str, Lowering] = {**gemm_lowering.LOWERINGS, **conv_lowering.LOWERINGS, **fmha_lowering.LOWERINGS,
-                                  **te_attention_lowering.LOWERINGS}
+
+
+@functools.lru_cache(maxsize=None)
+def lowerings() -> dict[str, Lowering]:
+    """Every family's lowerings, by custom-call target. Their modules (and the call readers
+    they import) are loaded on the first module that has a custom call: most compiles have none."""
+    from . import conv_lowering, fmha_lowering, gemm_lowering, te_attention_lowering
+    return {**gemm_lowering.LOWERINGS, **conv_lowering.LOWERINGS, **fmha_lowering.LOWERINGS,
+            **te_attention_lowering.LOWERINGS}
+
 
 ALL_FAMILIES = frozenset({"gemm", "conv", "fmha"})
 
@@ -32,13 +39,18 @@ def lower_library_calls(module: HloModule, families: frozenset[str] = ALL_FAMILI
     """Replace, in every computation, each library call of ``families`` that has a lowering,
     and each other one its library does not take (``library_refusal``); in place. A call with no lowering stays, and is refused later by name. Transformer
     Engine's attention calls have no library step: they are always lowered."""
+    if not any(inst.opcode == "custom-call" for comp in module.computations for inst in comp.instructions):
+        return module  # nothing to lower (nor to check)
+    from ..hlo.calls.library_limits import library_refusal
+    from . import te_attention_lowering
     te_attention_lowering.check_module(module)
+    lowering_of = lowerings()
     for comp in module.computations:
         for inst in list(comp.instructions):
             if inst.opcode != "custom-call":
                 continue
             target = inst.attr("custom_call_target", None)
-            lower = LOWERINGS.get(target)
+            lower = lowering_of.get(target)
             if lower is None:
                 continue
             # a call its library would refuse (or compute wrongly) is lowered even where the

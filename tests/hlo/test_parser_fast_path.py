@@ -13,6 +13,7 @@ from lark.exceptions import UnexpectedInput
 import hlo_compile
 from hlo_compile import HloError
 from hlo_compile.hlo import fast_path as fast_path_mod
+from hlo_compile.hlo import lark_reader
 from hlo_compile.hlo import parser as parser_mod
 from hlo_compile.hlo.ir import HloComputation, HloInstruction
 from hlo_compile.hlo.records import PositionedError
@@ -22,7 +23,7 @@ _SPLIT = re.compile(r"^// -----[ \t]*$", re.M)
 
 
 def _lark():
-    return parser_mod.build_parser(parser_mod._Transformer)
+    return lark_reader.lark_parser()
 
 
 def _lark_records(text: str):
@@ -213,3 +214,44 @@ def test_parser_loaded_from_its_cache_file(tmp_path):
         r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0 and r.stdout.strip() == "negate", (run, r.stderr[-2000:])
     assert any(p.name.startswith("lark-") for p in (tmp_path / "cache").iterdir())
+
+
+def test_fast_path_terminals_kept_as_json_equal_larks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The terminals the fast path reads from its JSON file are those of the built parser; a
+    damaged file is made again from Lark; without Lark's version no file is trusted blindly."""
+    from hlo_compile.hlo import grammar
+    monkeypatch.setenv("HLO_COMPILE_CACHE_DIR", str(tmp_path))
+    built = []
+
+    def build():
+        built.append(1)
+        return _lark()
+    first = grammar.fast_path_terminals(build)
+    assert built == [1]
+    files = list(tmp_path.glob("lark-terminals-*.json"))
+    assert len(files) == 1
+    assert {k: v for k, v in first.items() if k != "format"} == grammar.terminals_of(_lark())
+    again = grammar.fast_path_terminals(build)
+    assert built == [1] and again == first  # read from the file
+    files[0].write_text('{"format": "lalr-contextual-1", "order": ["NAME"]}')
+    assert grammar.fast_path_terminals(build) == first and built == [1, 1]
+    fast = fast_path_mod.FastPath(first)
+    assert fast.order == grammar.terminals_of(_lark())["order"]
+    assert "ROOT" in fast.keywords.values()
+
+
+def test_a_fast_path_module_loads_no_lark(tmp_path: Path) -> None:
+    """Parsing and preparing a module the fast path reads imports neither Lark nor the
+    library-call lowerings (the terminals' file made first by another process)."""
+    import subprocess
+    import sys
+    text = "HloModule m\n\nENTRY e {\n  p = f32[4] parameter(0)\n  ROOT n = f32[4] negate(p)\n}\n"
+    code = ("import sys\nfrom hlo_compile.hlo import parse_module\nfrom hlo_compile.passes import run_passes\n"
+            f"m = parse_module({text!r})\nrun_passes(m, arch='sm_90')\n"
+            "print(sorted(n for n in ('lark', 'hlo_compile.hlo.lark_reader', 'hlo_compile.passes.gemm_lowering',"
+            " 'hlo_compile.hlo.calls.conv', 'hlo_compile.passes.triangular_solve_lowering') if n in sys.modules))\n")
+    env = {**__import__("os").environ, "HLO_COMPILE_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+            for _ in range(2)]
+    assert "'lark'" in runs[0].stdout  # the first run made the file from the built parser
+    assert runs[1].stdout.strip() == "[]", runs[1].stdout + runs[1].stderr
