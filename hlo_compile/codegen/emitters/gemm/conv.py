@@ -42,8 +42,8 @@ from ...llvm_types import compute_type
 from ...target import Target
 from ...model.thread_maps import expr_delinearize, work_item_map
 from .tiles import (BK, BM, BN, MAX_GRID_YZ, MIN_MN, MIN_WORK, NUM_THREADS, RM, RN, TX, TY, bounds,
-                    emit_tiled_mainloop, gemm_hero, gemm_plan, gemm_refusal, load_or_zero, output_element,
-                    staged_element, staged_slots, store_epilogue)
+                    tiled_mainloop, gemm_hero, gemm_plan, gemm_refusal, load_or_zero, output_element,
+                    staged_element, staging_slots, store_epilogue)
 
 
 @dataclass(frozen=True)
@@ -237,18 +237,26 @@ def emit_conv_kernel(target: Target, spec: ConvKernelSpec) -> ir.Module:
     tt = compute_type(acc_et)
     zero = ir.Constant(tt, 0)
 
-    def lhs_element(m, k) -> tuple[list, list]:
-        """(index, conditions) of the input element at GEMM (m, k)."""
+    def lhs_rows(m) -> tuple[ir.Value, list]:
+        """What the input index of GEMM row ``m`` takes from it, computed before the K loop:
+        the input batch, per spatial axis ``o_s * stride - pad_low``."""
         bb, *osp = kb.delinearize(m, g.m_dims)
-        *ks, c = kb.delinearize(k, g.k_dims)
+        starts = []
+        for s, a in enumerate(g.axes):
+            q = b.mul(osp[s], I(a.stride))
+            starts.append(b.sub(q, I(a.pad_low)) if a.pad_low else q)
+        return (b.add(in_batch0, bb) if g.batch_groups > 1 else bb), starts
+
+    def lhs_element(row, ks, c) -> tuple[list, list]:
+        """(index, conditions) of the input element at GEMM row ``row`` (``lhs_rows``) and
+        k = (window position ``ks``, input feature ``c``)."""
+        batch, starts = row
         index: list = [None] * lhs.shape.rank
         conds: list = []
         for s, a in enumerate(g.axes):
-            q = b.add(b.mul(osp[s], I(a.stride)), b.mul(ks[s], I(a.window_dilation)))
-            if a.pad_low:
-                q = b.sub(q, I(a.pad_low))
-                if a.pad_low > 0:
-                    conds.append(b.icmp_signed(">=", q, I(0)))
+            q = b.add(starts[s], b.mul(ks[s], I(a.window_dilation)))
+            if a.pad_low > 0:
+                conds.append(b.icmp_signed(">=", q, I(0)))
             if a.base_dilation > 1:
                 conds.append(b.icmp_signed("==", b.srem(q, I(a.base_dilation)), I(0)))
                 q = b.sdiv(q, I(a.base_dilation))
@@ -256,31 +264,45 @@ def emit_conv_kernel(target: Target, spec: ConvKernelSpec) -> ir.Module:
             if hi >= a.in_size:
                 conds.append(b.icmp_signed("<", q, I(a.in_size)))
             index[dn.input_spatial_dimensions[s]] = q
-        index[dn.input_batch_dimension] = b.add(in_batch0, bb) if g.batch_groups > 1 else bb
+        index[dn.input_batch_dimension] = batch
         index[dn.input_feature_dimension] = b.add(in_feat0, c) if g.feature_groups > 1 else c
         return index, conds
 
-    def rhs_element(k, n) -> list:
-        *ks, c = kb.delinearize(k, g.k_dims)
+    def rhs_element(ks, c, o) -> list:
         index: list = [None] * rhs.shape.rank
         for s, a in enumerate(g.axes):
             index[dn.kernel_spatial_dimensions[s]] = b.sub(I(a.size - 1), ks[s]) if a.reversed else ks[s]
         index[dn.kernel_input_feature_dimension] = c
-        index[dn.kernel_output_feature_dimension] = b.add(o0, n) if g.Z > 1 else n
+        index[dn.kernel_output_feature_dimension] = o
         return index
 
-    def store(tile, off, v):
-        b.store(v, b.gep(tile, [off], inbounds=True, source_etype=tt))
+    def prepare(a_tile, b_tile):
+        # per slot, what stays from K step to K step: the tile place, the GEMM row's input
+        # batch and window origin (lhs), the output feature (rhs), the bounds of both
+        lhs_slots = [(sl, lhs_rows(sl.free)) for sl in staging_slots(kb, tid, True, m0, g.M, a_tile, tt)]
+        rhs_slots = [(sl, b.add(o0, sl.free) if g.Z > 1 else sl.free)
+                     for sl in staging_slots(kb, tid, False, n0, g.N, b_tile, tt)]
 
-    def stage(step, a_tile, a_offset, b_tile, b_offset):
-        k0 = b.mul(step, I(BK))
-        for mm, kk, m, k, conds in staged_slots(kb, tid, True, m0, k0, g.M, g.K):
-            index, window_conds = lhs_element(m, k)
-            store(a_tile, a_offset(mm, kk), load_or_zero(kb, fe, lhs, index, conds + window_conds, acc_et, zero))
-        for nn, kk, n, k, conds in staged_slots(kb, tid, False, n0, k0, g.N, g.K):
-            store(b_tile, b_offset(kk, nn), load_or_zero(kb, fe, rhs, rhs_element(k, n), conds, acc_et, zero))
+        def stage(step):
+            k0 = b.mul(step, I(BK))
+            window: dict = {}
 
-    slots = emit_tiled_mainloop(target, kb, kernel.module, fe, acc_et, -(-g.K // BK), tx, ty, stage)
+            def k_of(kk):
+                # the slots that share their k in the tile (all lhs slots) share its decomposition
+                if id(kk) not in window:
+                    k = b.add(k0, kk)
+                    window[id(kk)] = (bounds(kb, (k, g.K, BK)), kb.delinearize(k, g.k_dims))
+                return window[id(kk)]
+            for sl, row in lhs_slots:
+                k_conds, (*ks, c) = k_of(sl.kk)
+                index, window_conds = lhs_element(row, ks, c)
+                b.store(load_or_zero(kb, fe, lhs, index, sl.free_conds + k_conds + window_conds, acc_et, zero), sl.ptr)
+            for sl, o in rhs_slots:
+                k_conds, (*ks, c) = k_of(sl.kk)
+                b.store(load_or_zero(kb, fe, rhs, rhs_element(ks, c, o), sl.free_conds + k_conds, acc_et, zero), sl.ptr)
+        return stage
+
+    acc = tiled_mainloop(target, kb, kernel.module, fe, acc_et, -(-g.K // BK), tx, ty, prepare)
 
     def point(i, j):
         m, n = b.add(m0, b.add(ty, I(TY * i))), b.add(n0, b.add(tx, I(TX * j)))
@@ -294,7 +316,7 @@ def emit_conv_kernel(target: Target, spec: ConvKernelSpec) -> ir.Module:
             for s, d in enumerate(dn.output_spatial_dimensions):
                 index[d] = osp[s]
             return index
-        return conds, index_fn, slots[i][j]
+        return conds, index_fn, acc[i][j]
 
     store_epilogue(kb, fe, conv, spec.root, acc_et, out_ptr, [point(i, j) for i in range(RM) for j in range(RN)])
     return kernel.finish()
