@@ -142,8 +142,22 @@ def thread_to_output_map(shape: Shape, config: LoopConfig) -> IndexingMap:
     output index. Linear index ``(thread's global id + chunk * all threads) * unroll + unroll
     id``, delinearised in the layout's minor-to-major order, constrained to the element count.
     Symbols with a single value are folded and dropped, as XLA's simplifier does."""
-    threads, blocks = config.launch.block, config.launch.grid
-    u = config.unroll_factor
+    threads, blocks = tuple(config.launch.block), tuple(config.launch.grid)
+    # the map depends on nothing else (the map is frozen: callers share it)
+    key = (tuple(shape.dimensions), tuple(shape.minor_to_major), threads, blocks, config.unroll_factor)
+    out = _THREAD_MAPS.get(key)
+    if out is None:
+        out = _thread_to_output_map(shape, threads, blocks, config.unroll_factor)
+        if len(_THREAD_MAPS) >= 1024:
+            _THREAD_MAPS.clear()
+        _THREAD_MAPS[key] = out
+    return out
+
+
+_THREAD_MAPS: dict[tuple, IndexingMap] = {}
+
+
+def _thread_to_output_map(shape: Shape, threads: tuple[int, ...], blocks: tuple[int, ...], u: int) -> IndexingMap:
     linear: A.Expr = A.const(0)
     stride = 1
     for i in range(3):

@@ -158,6 +158,11 @@ def linear_parts(e: Expr) -> tuple[dict[Expr, int], int]:
 def make_sum(terms: Mapping[Expr, int], c: int) -> Expr:
     """The canonical expression for sum(coeff * atom) + c."""
     coeffs = {a: k for a, k in terms.items() if k != 0}
+    if len(coeffs) < 2:  # nothing to combine or order
+        if not coeffs:
+            return Const(c)
+        ((atom, k),) = coeffs.items()
+        return atom if k == 1 and c == 0 else Sum(((atom, k),), c)
     while True:
         coeffs, c, changed = _combine_div_mod(coeffs, c)
         if not changed:
@@ -192,9 +197,8 @@ def _combine_div_mod(coeffs: dict[Expr, int], c: int) -> tuple[dict[Expr, int], 
 
 def add(a: ExprLike, b: ExprLike) -> Expr:
     a, b = as_expr(a), as_expr(b)
-    ta, ca = linear_parts(a)
+    terms, ca = linear_parts(a)  # (a new dict)
     tb, cb = linear_parts(b)
-    terms = dict(ta)
     for atom, k in tb.items():
         terms[atom] = terms.get(atom, 0) + k
     return make_sum(terms, ca + cb)
@@ -207,8 +211,16 @@ def mul(a: ExprLike, k: int) -> Expr:
         return Const(0)
     if k == 1:
         return a
-    terms, c = linear_parts(a)
-    return make_sum({x: v * k for x, v in terms.items()}, c * k)
+    if isinstance(a, Const):
+        return Const(a.value * k)
+    if isinstance(a, Sum):
+        # a canonical sum scaled by k != 0 stays canonical: the same atoms in the same order,
+        # no zero coefficient, and no (x floordiv m, x mod m) pair that ``_combine_div_mod``
+        # would merge (its condition is invariant under scaling both coefficients)
+        c = a.const * k
+        items = tuple((x, v * k) for x, v in a.terms)
+        return items[0][0] if len(items) == 1 and items[0][1] == 1 and c == 0 else Sum(items, c)
+    return Sum(((a, k),), 0)
 
 
 def _floor(a: int, b: int) -> int:

@@ -63,7 +63,14 @@ class IndexingMap:
 
     @staticmethod
     def identity(shape_dims: Sequence[int]) -> "IndexingMap":
-        return IndexingMap.make([A.dim(i) for i in range(len(shape_dims))], dims_of(shape_dims))
+        dims = dims_of(shape_dims)
+        out = _IDENTITY.get(dims)
+        if out is None:  # kept per dims (the map is frozen: callers share it)
+            out = IndexingMap.make([A.dim(i) for i in range(len(dims))], dims)
+            if len(_IDENTITY) >= 1024:
+                _IDENTITY.clear()
+            _IDENTITY[dims] = out
+        return out
 
     @staticmethod
     def undefined_map() -> "IndexingMap":
@@ -233,6 +240,9 @@ class IndexingMap:
         return IndexingMap(self.exprs, tuple((0, -1) for _ in self.dims) or ((0, -1),), (), (), (), ())
 
 
+_IDENTITY: dict[tuple[Interval, ...], IndexingMap] = {}
+
+
 def _iv(x: Sequence[int]) -> Interval:
     lo, hi = x
     return int(lo), int(hi)
@@ -254,6 +264,25 @@ def compose(consumer: IndexingMap, producer: IndexingMap) -> IndexingMap:
         return IndexingMap.undefined_map()
     if len(consumer.exprs) != len(producer.dims):
         raise ValueError(f"cannot compose: {len(consumer.exprs)} results into {len(producer.dims)} dims")
+    if any(s is not None for s in consumer.rt_sources) or any(s is not None for s in producer.rt_sources):
+        return _compose(consumer, producer)  # sources name instructions: not kept
+    # kept per every field the result depends on (not dim_names, which it does not carry);
+    # the result is frozen, so callers can share it
+    key = (consumer.exprs, consumer.dims, consumer.ranges, consumer.rts, consumer.constraints, consumer.rt_sources,
+           producer.exprs, producer.dims, producer.ranges, producer.rts, producer.constraints, producer.rt_sources)
+    out = _COMPOSED.get(key)
+    if out is None:
+        out = _compose(consumer, producer)
+        if len(_COMPOSED) >= 4096:
+            _COMPOSED.clear()
+        _COMPOSED[key] = out
+    return out
+
+
+_COMPOSED: dict[tuple, IndexingMap] = {}
+
+
+def _compose(consumer: IndexingMap, producer: IndexingMap) -> IndexingMap:
     pr, prt = len(producer.ranges), len(producer.rts)
 
     def shift(v: Var) -> Expr:

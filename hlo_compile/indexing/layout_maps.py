@@ -44,14 +44,36 @@ def tiled_space(shape) -> tuple[list[int], list[Expr]]:
     return bounds, exprs
 
 
+def _layout_key(shape) -> tuple:
+    """Everything of ``shape`` that ``tiled_space`` reads (dims, physical order, tiles)."""
+    layout = shape.layout
+    if layout is None:
+        return (tuple(shape.dimensions), None, ())
+    return (tuple(shape.dimensions), tuple(layout.minor_to_major), tuple(tuple(t.dims) for t in layout.tiles))
+
+
 def physical_index_map(shape) -> IndexingMap:
     """``(logical dims) -> (tiled physical index)``, simplified."""
     _, exprs = tiled_space(shape)
     return simplify(IndexingMap.make(exprs, dims_of(shape.dimensions)), fold_point_dims=False)
 
 
+# kept per layout key (``_layout_key``: all that the map depends on); the map is frozen, so
+# every caller can share it
+_LINEAR: dict[tuple, IndexingMap] = {}
+
+
 def linear_index_map(shape) -> IndexingMap:
     """``(logical dims) -> (physical linear offset)``, simplified."""
-    bounds, exprs = tiled_space(shape)
-    m = IndexingMap.make([linearize(exprs, bounds)], dims_of(shape.dimensions))
-    return simplify(m, fold_point_dims=False)
+    if not shape.is_array:
+        raise ValueError(f"layout maps need an array shape, got {shape}")
+    key = _layout_key(shape)
+    out = _LINEAR.get(key)
+    if out is None:
+        bounds, exprs = tiled_space(shape)
+        out = simplify(IndexingMap.make([linearize(exprs, bounds)], dims_of(shape.dimensions)),
+                       fold_point_dims=False)
+        if len(_LINEAR) >= 2048:
+            _LINEAR.clear()
+        _LINEAR[key] = out
+    return out

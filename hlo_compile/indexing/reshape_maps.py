@@ -45,8 +45,24 @@ def _empty(src: Sequence[int], dst_rank: int) -> IndexingMap:
     return simplify(IndexingMap.make([A.Const(0)] * dst_rank, dims_of(src)), fold_point_dims=False)
 
 
+# kept per (src, dst) dims, all that the map depends on; the map is frozen, so every caller
+# can share it
+_RESHAPE: dict[tuple[tuple[int, ...], tuple[int, ...]], IndexingMap] = {}
+
+
 def reshape_map(src: Sequence[int], dst: Sequence[int]) -> IndexingMap:
     """Map from an index of ``src`` to the ``dst`` index of the same row-major element."""
+    key = (tuple(int(n) for n in src), tuple(int(n) for n in dst))
+    out = _RESHAPE.get(key)
+    if out is None:
+        out = _reshape_map(*key)
+        if len(_RESHAPE) >= 2048:
+            _RESHAPE.clear()
+        _RESHAPE[key] = out
+    return out
+
+
+def _reshape_map(src: tuple[int, ...], dst: tuple[int, ...]) -> IndexingMap:
     if 0 in src or 0 in dst:
         return _empty(src, len(dst))
     lin = linearize([A.dim(i) for i in range(len(src))], src)
@@ -63,9 +79,29 @@ def _bits(element_type: str) -> int | None:
     return getattr(info, "bits", None) if info is not None else None
 
 
+# kept per (src, dst) shapes (frozen, compared by every field); the map is frozen, so every
+# caller can share it
+_BITCAST: dict[tuple, IndexingMap | None] = {}
+
+
 def bitcast_map(src, dst) -> IndexingMap | None:
     """Map from an index of ``src`` to the ``dst`` index of the same physical element, or None
     when the bitcast is not a pure relabelling (tiles, different element widths)."""
+    key = (src, dst)
+    try:
+        return _BITCAST[key]
+    except KeyError:
+        pass
+    except TypeError:  # a shape built with unhashable fields (lists): not kept
+        return _bitcast_map(src, dst)
+    out = _bitcast_map(src, dst)
+    if len(_BITCAST) >= 2048:
+        _BITCAST.clear()
+    _BITCAST[key] = out
+    return out
+
+
+def _bitcast_map(src, dst) -> IndexingMap | None:
     for s in (src, dst):
         if not s.is_array or (s.layout is not None and s.layout.tiles):
             return None

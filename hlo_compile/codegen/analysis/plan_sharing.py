@@ -34,8 +34,25 @@ def plan_key(fusion: HloInstruction, memo: dict[int, str] | None = None) -> tupl
     opcodes, shapes and layouts, attributes, constants), the fusion's output and operand
     shapes and its own attributes but its name and metadata. Equal keys give equal plans."""
     own = tuple(sorted((n, a.raw) for n, a in fusion.attributes.items() if n not in _NOT_PLANNED))
-    return (computation_fingerprint(fusion.fused_computation, memo), str(fusion.shape),
-            tuple(str(o.shape) for o in fusion.operands), own)
+    return (computation_fingerprint(fusion.fused_computation, memo), _shape_text(fusion.shape),
+            tuple(_shape_text(o.shape) for o in fusion.operands), own)
+
+
+_SHAPE_TEXTS: dict = {}
+
+
+def _shape_text(shape) -> str:
+    """``str(shape)``, kept per shape (frozen; equal shapes print alike): a module's fusions
+    share few shapes, and printing one is most of ``plan_key`` after the fingerprint."""
+    try:
+        text = _SHAPE_TEXTS.get(shape)
+    except TypeError:  # a shape built with unhashable fields: printed each time
+        return str(shape)
+    if text is None:
+        if len(_SHAPE_TEXTS) >= 4096:
+            _SHAPE_TEXTS.clear()
+        text = _SHAPE_TEXTS[shape] = str(shape)
+    return text
 
 
 class SharedPlans:

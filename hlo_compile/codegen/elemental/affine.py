@@ -26,9 +26,13 @@ class AffineEmitter:
         self.values = (list(dims), list(syms), list(rts))
         self.bounds = bounds or (lambda v: (-(2**62), 2**62))
         self.cache: dict[Expr, ir.Value] = {}
+        self._intervals: dict[Expr, Interval] = {}  # (the bounds are fixed: intervals are too)
 
     def interval(self, e: Expr) -> Interval:
-        return A.interval(e, self.bounds)
+        iv = self._intervals.get(e)
+        if iv is None:
+            iv = self._intervals[e] = A.interval(e, self.bounds)
+        return iv
 
     def emit(self, e: Expr) -> ir.Value:
         v = self.cache.get(e)

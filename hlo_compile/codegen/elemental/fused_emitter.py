@@ -152,8 +152,11 @@ def _constant_value(x: ir.Value, depth: int = 8) -> int | None:
     fold = _FOLDED.get(getattr(x, "opname", ""))
     if fold is None or depth == 0 or len(x.operands) != 2:
         return None
-    a, b = (_constant_value(o, depth - 1) for o in x.operands)
-    if a is None or b is None:
+    a = _constant_value(x.operands[0], depth - 1)
+    if a is None:  # (the other operand's value would not matter)
+        return None
+    b = _constant_value(x.operands[1], depth - 1)
+    if b is None:
         return None
     v = fold(a, b)
     if v is None or v < 0 or v >= 1 << x.type.width:   # wrapped: leave it to the load

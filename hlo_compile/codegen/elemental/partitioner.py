@@ -135,12 +135,19 @@ def _root_dims(r: HloInstruction) -> tuple[int, ...]:
     return tuple(shape.dimensions)
 
 
-def _operand_maps(user: HloInstruction, operand: HloInstruction) -> list[IndexingMap] | None:
-    """Maps from ``user``'s output index to ``operand``'s (None when unknown or ambiguous)."""
+def _operand_maps(user: HloInstruction, operand: HloInstruction,
+                  entries_of: dict[int, list] | None = None) -> list[IndexingMap] | None:
+    """Maps from ``user``'s output index to ``operand``'s (None when unknown or ambiguous);
+    ``entries_of``: ``output_to_input(user, 0)`` by user id, kept over one partitioning
+    (a user is asked once per operand)."""
     if user.shape.is_tuple:
         return None
     maps: list[IndexingMap] = []
-    entries = output_to_input(user, 0)
+    entries = None if entries_of is None else entries_of.get(id(user))
+    if entries is None:
+        entries = output_to_input(user, 0)
+        if entries_of is not None:
+            entries_of[id(user)] = entries
     for op, entry in zip(user.operands, entries):
         if op is not operand:
             continue
@@ -205,6 +212,7 @@ def _partition(comp: HloComputation, name_prefix: str, alone: set[int]) -> Parti
     root_groups = list(groups.values()) or [[comp.root]]
     subgraph_of: dict[HloInstruction, Subgraph] = {}
     index_from_root: dict[HloInstruction, IndexingMap | None] = {}
+    entries_of: dict[int, list] = {}
     subgraphs = []
     for group in root_groups:
         sg = Subgraph(f"{name_prefix}{group[0].name}", group)
@@ -216,7 +224,7 @@ def _partition(comp: HloComputation, name_prefix: str, alone: set[int]) -> Parti
         if inst in subgraph_of or inst.opcode in _LEAVES or inst is comp.root and inst.opcode == "tuple":
             continue
         users = list(dict.fromkeys(u for u in inst.users))
-        sg = _joined_subgraph(inst, users, subgraph_of, index_from_root)
+        sg = _joined_subgraph(inst, users, subgraph_of, index_from_root, entries_of)
         if sg is None:
             sg = Subgraph(f"{name_prefix}{inst.name}", [inst])
             subgraphs.append(sg)
@@ -229,21 +237,21 @@ def _partition(comp: HloComputation, name_prefix: str, alone: set[int]) -> Parti
     return PartitionedComputation(comp, subgraphs, subgraph_of, index_from_root)
 
 
-def _joined_subgraph(inst, users, subgraph_of, index_from_root) -> Subgraph | None:
+def _joined_subgraph(inst, users, subgraph_of, index_from_root, entries_of=None) -> Subgraph | None:
     """The users' subgraph if ``inst`` may be evaluated inside it, else None."""
     user_sgs = {id(subgraph_of.get(u)) for u in users}
     if len(users) == 0 or None in (subgraph_of.get(u) for u in users):
         return None
     if len(users) == 1:
         u = users[0]
-        index_from_root[inst] = _through(u, inst, index_from_root)
+        index_from_root[inst] = _through(u, inst, index_from_root, entries_of)
         return subgraph_of[u]
     if len(user_sgs) != 1:
         return None
     seen: set = set()
     first: IndexingMap | None = None
     for u in users:
-        m = _through(u, inst, index_from_root)
+        m = _through(u, inst, index_from_root, entries_of)
         if m is None:
             return None
         seen.add(m.key())
@@ -254,10 +262,10 @@ def _joined_subgraph(inst, users, subgraph_of, index_from_root) -> Subgraph | No
     return subgraph_of[users[0]]
 
 
-def _through(user, inst, index_from_root) -> IndexingMap | None:
+def _through(user, inst, index_from_root, entries_of=None) -> IndexingMap | None:
     """The subgraph root's index → ``inst``'s index, when read through ``user``."""
     outer = index_from_root.get(user)
-    maps = _operand_maps(user, inst)
+    maps = _operand_maps(user, inst, entries_of)
     if outer is None or not maps:
         return None
     composed = {}

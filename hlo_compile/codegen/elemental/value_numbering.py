@@ -60,4 +60,4 @@ def value_key(v: ir.Value, depth: int = _DEPTH) -> object:
 
 
 def index_key(index: Sequence[ir.Value]) -> tuple:
-    return tuple(value_key(v) for v in index)
+    return tuple(map(value_key, index))
