@@ -20,7 +20,6 @@ forking is not safe the work stays in this process (emission) or goes to
 """
 from __future__ import annotations
 
-import gc
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -111,7 +110,6 @@ class KernelWorkers:
         n = self.workers_for(len(kernels))
         assert n > 1 and self._pool is None
         _WORK = (target, kernels, canonical)
-        gc.freeze()  # the parent's objects out of the workers' collections: their pages stay shared
         try:
             self._pool = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"))
             self._workers = n
@@ -119,7 +117,6 @@ class KernelWorkers:
             futures = [self._pool.submit(_emit_one, i) for i in range(len(kernels))]
         finally:
             _WORK = None
-            gc.unfreeze()
         out: list[tuple[str | None, float]] = [(None, 0.0)] * len(kernels)
         pending = set(futures)
         done = 0

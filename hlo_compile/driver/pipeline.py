@@ -232,6 +232,8 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
                 result.dump_errors[s.name] = e.message
                 continue
             _record(result, s, out, time.perf_counter() - t0)
+            if s.name == "hlo":  # the module lives until the compile ends: no collection rescans it
+                env.freeze()
             values[s.name] = out.value
             if deferred:
                 report.append((s, out))

@@ -107,10 +107,26 @@ class StageEnv:
     workers: Any = None
     compiles_ir: bool = False
 
+    frozen: bool = False
+
+    def freeze(self) -> None:
+        """Every object alive now out of the collector's reach until ``close`` (``gc.freeze``):
+        the module and its plan live until the compile ends, and a full collection would
+        rescan them each time (and, in forked workers, touch their pages)."""
+        import gc
+        if not self.frozen and gc.get_freeze_count() > 0:
+            return  # someone else's freeze: theirs to undo
+        gc.freeze()
+        self.frozen = True
+
     def close(self) -> None:
-        """Stop the workers, if any were started."""
+        """Stop the workers, if any were started, and give the frozen objects back."""
         if self.workers is not None:
             self.workers.close()
+        if self.frozen:
+            import gc
+            gc.unfreeze()
+            self.frozen = False
 
     def report(self, stage: str, done: int, total: int) -> None:
         if self.progress is not None:
@@ -254,6 +270,7 @@ def _emit_in_workers(options: CompileOptions, env: StageEnv, target, todo: list,
             return
         workers.prefetch(c.kernel, c.text, options.arch, options.opt_level)
 
+    env.freeze()  # the plan out of the workers' collections too: its pages stay shared with this process
     got = workers.emit(target, todo, canonical=env.compiles_ir,
                        progress=lambda done, total: env.report("llvm", cached + done, cached + total),
                        prefetch=prefetch if env.compiles_ir else None)

@@ -127,3 +127,25 @@ def test_few_kernels_or_one_job_stay_in_this_process(monkeypatch):
     assert kernel_workers.KernelWorkers(4).workers_for(100) == 4
     monkeypatch.setattr(kernels_mod, "free_cpus", lambda: 1)
     assert kernel_workers.KernelWorkers(4).workers_for(100) == 0
+
+
+def test_the_compile_gives_back_what_it_froze_and_leaves_others_freezes_alone(forked, monkeypatch):
+    import gc
+    assert gc.get_freeze_count() == 0
+    froze = []
+    real = stages.StageEnv.freeze
+
+    def freeze(self):
+        real(self)
+        froze.append(gc.get_freeze_count())
+    monkeypatch.setattr(stages.StageEnv, "freeze", freeze)
+    run_pipeline(parse_module(_module(N)), CompileOptions(), emit="ptx", jobs=2)
+    assert len(froze) == 2 and froze[0] > 0  # after the passes, and again before the fork
+    assert gc.get_freeze_count() == 0
+    gc.freeze()  # a caller's own freeze
+    try:
+        mine = gc.get_freeze_count()
+        run_pipeline(parse_module(_module(N)), CompileOptions(), emit="ptx", jobs=2)
+        assert gc.get_freeze_count() == mine
+    finally:
+        gc.unfreeze()
