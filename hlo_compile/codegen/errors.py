@@ -23,6 +23,17 @@ class ToolError(HloError):
         self.reproduce = reproduce
 
 
+class WorkerError(HloError):
+    """A worker process of ``-j N`` died before it returned its kernel (killed by a signal: the
+    system's out-of-memory killer, a user's kill): nothing about the input, the compile may be
+    run again with fewer jobs."""
+
+    @classmethod
+    def lost(cls, jobs: int) -> "WorkerError":
+        return cls(f"a worker process of -j {jobs} died before it finished (killed by a signal, e.g. when "
+                   "memory ran out); run again, with -j 1 to compile in this process alone")
+
+
 def unsupported(inst: HloInstruction, what: str) -> HloUnsupportedError:
     """The error for an instruction code generation cannot emit, naming it and its line."""
     where = f" at line {inst.location.line}" if getattr(inst, "location", None) else ""

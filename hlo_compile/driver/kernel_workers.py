@@ -123,7 +123,7 @@ class KernelWorkers:
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in finished:
-                i, text, c, seconds = f.result()
+                i, text, c, seconds = self._result(f)
                 out[i] = (text, seconds)
                 done += 1
                 if progress is not None:
@@ -174,11 +174,20 @@ class KernelWorkers:
         futures = [self._compiles[(name, text)] for name, text in kernels]
         out = []
         for f in futures:
-            llvm_opt, ptx, seconds = f.result()
+            llvm_opt, ptx, seconds = self._result(f)
             out.append(PtxResult(llvm_opt, ptx, seconds))
             if progress is not None:
                 progress(len(out), len(futures))
         return out
+
+    def _result(self, f: Future) -> Any:
+        """``f``'s result; ``WorkerError`` where its worker died (no traceback of the pool's)."""
+        from concurrent.futures.process import BrokenProcessPool
+        from ..codegen.errors import WorkerError
+        try:
+            return f.result()
+        except BrokenProcessPool:
+            raise WorkerError.lost(self._workers) from None
 
     def close(self) -> None:
         """Stop the workers (prefetched compiles nobody took are cancelled)."""

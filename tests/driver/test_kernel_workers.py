@@ -149,3 +149,19 @@ def test_the_compile_gives_back_what_it_froze_and_leaves_others_freezes_alone(fo
         assert gc.get_freeze_count() == mine
     finally:
         gc.unfreeze()
+
+
+def test_a_worker_that_dies_is_an_error_that_says_so(forked, monkeypatch):
+    import os
+
+    from hlo_compile.codegen.errors import WorkerError
+    parent, real = os.getpid(), compiler.KernelPlan.emit
+
+    def emit(self, target):
+        if self.kernel_name == "v3" and os.getpid() != parent:
+            os._exit(1)  # as the out-of-memory killer would end it
+        return real(self, target)
+    monkeypatch.setattr(compiler.KernelPlan, "emit", emit)
+    with pytest.raises(WorkerError, match="-j 2 died.*-j 1"):
+        run_pipeline(parse_module(_module(N)), CompileOptions(), emit="ptx", jobs=2)
+    assert multiprocessing.active_children() == []

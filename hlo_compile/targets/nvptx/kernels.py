@@ -91,11 +91,16 @@ def compile_kernels(kernels: Sequence[tuple[str, str]], arch: str, opt_level: in
         return out
     import multiprocessing
     context = multiprocessing.get_context("spawn")  # LLVM is not fork-safe once initialised
+    from concurrent.futures.process import BrokenProcessPool
+    from ...codegen.errors import WorkerError
     with ProcessPoolExecutor(max_workers=min(jobs, total), mp_context=context) as pool:
-        for llvm_opt, ptx, seconds in pool.map(_compile_one, work, chunksize=max(1, total // (jobs * 8))):
-            out.append(PtxResult(llvm_opt, ptx, seconds))
-            if progress is not None:
-                progress(len(out), total)
+        try:
+            for llvm_opt, ptx, seconds in pool.map(_compile_one, work, chunksize=max(1, total // (jobs * 8))):
+                out.append(PtxResult(llvm_opt, ptx, seconds))
+                if progress is not None:
+                    progress(len(out), total)
+        except BrokenProcessPool:
+            raise WorkerError.lost(min(jobs, total)) from None
     return out
 
 
