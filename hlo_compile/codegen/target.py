@@ -179,6 +179,12 @@ class Target(ABC):
         raise TargetFeatureError(f"the {self.name} target has no tensor cores (warp-level MMA); "
                                  "ask has_tensor_cores() first")
 
+    def pin(self, builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
+        """``value`` itself, computed where it is: code motion may not sink its computation past
+        this point (a target whose back end would otherwise stretch live ranges across barriers
+        returns an opaque identity; the default is the value, unchanged)."""
+        return value
+
     def mark_invariant(self, load: ir.Instruction) -> None:
         """Mark a load from a buffer no thread writes during the kernel (``ld.global.nc``)."""
         module = load.parent.parent.module if hasattr(load.parent, "parent") else None

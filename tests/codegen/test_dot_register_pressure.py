@@ -105,8 +105,8 @@ def test_branchy_prologue():
 
 
 class _Emission:
-    def __init__(self, triple: str):
-        self.target = type("T", (), {"triple": triple})()
+    def __init__(self, target):
+        self.target = target
         module = ir.Module()
         fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.FloatType(), ir.IntType(16)]), "k")
         self.b = ir.IRBuilder(fn.append_basic_block())
@@ -114,7 +114,9 @@ class _Emission:
 
 
 def test_pin_values_rules():
-    gpu, host = _Emission("nvptx64-nvidia-cuda"), _Emission("x86_64-unknown-linux-gnu")
+    from hlo_compile.targets.host.target import HostTarget
+    from hlo_compile.targets.nvptx import NvptxTarget
+    gpu, host = _Emission(NvptxTarget("sm_90")), _Emission(HostTarget())
     x, h = gpu.args
     (pinned,) = pin_values(gpu, [x])
     text = str(pinned)

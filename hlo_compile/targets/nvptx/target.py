@@ -230,6 +230,17 @@ class NvptxTarget(Target):
     def grid_dim(self, builder: ir.IRBuilder, axis: int) -> ir.Value:
         return self._sreg(builder, "grid_dim", axis)
 
+    # the inline-asm register constraint of a value type (PTX: .f32, .f64, .b32, .b64 registers)
+    _PIN_CONSTRAINTS = {"float": "f", "double": "d", "i32": "r", "i64": "l"}
+
+    def pin(self, builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
+        """An empty ``asm volatile`` identity (no PTX instruction): LLVM cannot move the
+        arithmetic that computes ``value`` below it (types without a register constraint: the value)."""
+        code = self._PIN_CONSTRAINTS.get(str(value.type))
+        if code is None:
+            return value
+        return builder.asm(ir.FunctionType(value.type, [value.type]), "", f"={code},0", [value], True)
+
     def barrier(self, builder: ir.IRBuilder) -> None:
         # LLVM 22's name for __syncthreads (llvm.nvvm.barrier0 is auto-upgraded to it)
         fn = _declare(_module_of(builder), "llvm.nvvm.barrier.cta.sync.aligned.all", VOID, [I32])

@@ -314,10 +314,6 @@ def _emit_configured_dot_kernel(target: Target, spec: DotKernelSpec) -> ir.Modul
                        for i in range(t.rm) for j in range(0, t.rn, t.vn)])
 
 
-# the inline-asm register constraint of a value type (PTX: .f32, .f64, .b32, .b64 registers)
-_PTX_CONSTRAINTS = {"float": "f", "double": "d", "i32": "r", "i64": "l"}
-
-
 def _branchy_prologue(operand: HloInstruction) -> bool:
     """Whether the dot operand's fused prologue has a ``concatenate`` (staged through branches)."""
     todo, seen = [operand], set()
@@ -334,20 +330,14 @@ def _branchy_prologue(operand: HloInstruction) -> bool:
 
 
 def pin_values(e: DotKernelEmission, values: Sequence[ir.Value]) -> list[ir.Value]:
-    """``values`` (a K step's accumulators) each through an empty ``asm volatile`` on the GPU:
-    the identity, no instruction, but it stays where it is, so the multiply-adds computing them
-    stay in their K step. Without it LLVM moves them (pure arithmetic) past the next K steps'
-    barriers and, where the K loop is unrolled fully, into the epilogue's guarded stores (their
-    only use), and every operand value they read from shared memory stays live until then: in
-    the corpus up to 106 registers where XLA's kernel (whose ``mma`` does not move) has 32.
-    Elsewhere (the host, other types) the values themselves."""
-    if not values or not getattr(e.target, "triple", "").startswith("nvptx"):
-        return list(values)
-    code = _PTX_CONSTRAINTS.get(str(values[0].type))
-    if code is None:
-        return list(values)
-    ft = ir.FunctionType(values[0].type, [values[0].type])
-    return [e.b.asm(ft, "", f"={code},0", [v], True) for v in values]
+    """``values`` (a K step's accumulators) each through ``Target.pin`` (on NVPTX an empty ``asm
+    volatile``: the identity, no instruction, but it stays where it is), so the multiply-adds
+    computing them stay in their K step. Without it LLVM moves them (pure arithmetic) past the
+    next K steps' barriers and, where the K loop is unrolled fully, into the epilogue's guarded
+    stores (their only use), and every operand value they read from shared memory stays live
+    until then: in the corpus up to 106 registers where XLA's kernel (whose ``mma`` does not
+    move) has 32. The host target returns the values themselves."""
+    return [e.target.pin(e.b, v) for v in values]
 
 
 def reused_tile_mainloop(e: DotKernelEmission, reuse: TileReuse, read_first: Callable[[ir.Value], list],
