@@ -330,8 +330,8 @@ def _branchy_prologue(operand: HloInstruction) -> bool:
 
 
 def pin_values(e: DotKernelEmission, values: Sequence[ir.Value]) -> list[ir.Value]:
-    """``values`` (a K step's accumulators) each through ``Target.pin`` (on NVPTX an empty ``asm
-    volatile``: the identity, no instruction, but it stays where it is), so the multiply-adds
+    """``values`` (a K step's accumulators) each through ``Target.pin`` (on the GPU an opaque
+    identity: no instruction, but it stays where it is), so the multiply-adds
     computing them stay in their K step. Without it LLVM moves them (pure arithmetic) past the
     next K steps' barriers and, where the K loop is unrolled fully, into the epilogue's guarded
     stores (their only use), and every operand value they read from shared memory stays live
