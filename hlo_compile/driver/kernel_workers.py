@@ -64,24 +64,24 @@ def _emit_one(i: int) -> tuple[int, str | None, Any, float]:
     return i, text, c, seconds
 
 
-def _compile_one(name: str, text: str, arch: str, opt_level: int) -> tuple[str, str, dict]:
-    """Worker: one kernel's IR through LLVM (``stages.compile_to_ptx``'s seam)."""
+def _compile_to_ptx(*args, **kwargs):
+    """``stages.compile_to_ptx``, looked up in the worker when it runs (a module-level name the
+    pool can send; the stage's seam, which tests replace, is read where the work is done)."""
     from . import stages
-    r = stages.compile_to_ptx(text, arch, [name], opt_level=opt_level)
-    return r.llvm_opt, r.ptx, r.seconds
+    return stages.compile_to_ptx(*args, **kwargs)
 
 
 class KernelWorkers:
     """The forked pool of one compile (``StageEnv.workers``), started by the ``llvm`` stage
     and closed by the driver when the compile ends."""
 
-    def __init__(self, jobs: int) -> None:
+    def __init__(self, jobs: int, arch: str, opt_level: int) -> None:
         self.jobs = jobs
+        self.arch, self.opt_level = arch, opt_level   # what every kernel is compiled for
         self._pool: Any = None
         self._workers = 0
         self._compiles: dict[tuple[str, str], Future] = {}   # (kernel name, IR) → LLVM's result
         self._waiting: list[tuple[str, str]] = []             # prefetched, not yet handed out
-        self._arch_opt: tuple[str, int] | None = None
         self.canonical: dict[str, tuple[str, Any]] = {}       # kernel → (its IR, its CanonicalKernel)
 
     @property
@@ -97,17 +97,18 @@ class KernelWorkers:
         n = min(self.jobs, kernels, free_cpus())
         return n if n > 1 else 0
 
-    def emit(self, target: Any, kernels: Sequence[Any], canonical: bool,
+    def emit(self, target: Any, kernels: Sequence[Any], workers: int, canonical: bool,
              progress: Callable[[int, int], None] | None = None,
              prefetch: Callable[[str, str, Any], None] | None = None) -> list[tuple[str | None, float]]:
-        """Each of ``kernels`` (``KernelPlan``s) emitted in the workers: (IR text or None where
-        its emission failed, seconds), in their order. ``canonical``: the workers also make
+        """Each of ``kernels`` (``KernelPlan``s) emitted in ``workers`` workers (``workers_for``'s
+        answer, asked once by the caller: the free cores may change between two asks): (IR text
+        or None where its emission failed, seconds), in their order. ``canonical``: the workers also make
         each one's canonical IR (kept in ``self.canonical``); ``prefetch(name, text,
         canonical)`` is called as each arrives (in the order they finish)."""
         global _WORK
         from ..targets.nvptx.kernels import ProcessPoolExecutor
         import multiprocessing
-        n = self.workers_for(len(kernels))
+        n = workers
         assert n > 1 and self._pool is None
         _WORK = (target, kernels, canonical)
         try:
@@ -138,38 +139,37 @@ class KernelWorkers:
             self._dispatch()
         return out
 
-    def prefetch(self, name: str, text: str, arch: str, opt_level: int) -> None:
+    def prefetch(self, name: str, text: str) -> None:
         """Compile kernel ``name``'s ``text`` ahead of ``llvm-opt`` (at most once per text)."""
-        if (name, text) in self._compiles or (name, text) in self._waiting:
-            return
-        self._arch_opt = (arch, opt_level)
-        self._waiting.append((name, text))
+        self._queue(name, text)
+
+    def _queue(self, name: str, text: str) -> None:
+        if (name, text) not in self._compiles and (name, text) not in self._waiting:
+            self._waiting.append((name, text))
 
     def _dispatch(self, all_of_them: bool = False) -> None:
         """Hand waiting compiles to the pool, the largest first, keeping the pool's queue short
         (so a larger kernel that arrives later still goes before smaller ones)."""
-        if not self._waiting or self._arch_opt is None:
+        if not self._waiting:
             return
         queued = sum(1 for f in self._compiles.values() if not f.running() and not f.done())
         room = len(self._waiting) if all_of_them else max(0, 2 * self._workers - queued)
         if room <= 0:
             return
+        from ..targets.nvptx.kernels import _compile_one
         self._waiting.sort(key=lambda item: len(item[1]))
-        arch, opt = self._arch_opt
         for _ in range(min(room, len(self._waiting))):
             name, text = self._waiting.pop()
-            self._compiles[(name, text)] = self._pool.submit(_compile_one, name, text, arch, opt)
+            self._compiles[(name, text)] = self._pool.submit(
+                _compile_one, (name, text, self.arch, self.opt_level, _compile_to_ptx))
 
-    def compile(self, kernels: Sequence[tuple[str, str]], arch: str, opt_level: int,
-                progress: Callable[[int, int], None] | None = None) -> list:
+    def compile(self, kernels: Sequence[tuple[str, str]], progress: Callable[[int, int], None] | None = None) -> list:
         """``(kernel name, IR)`` → its ``PtxResult``, in order: prefetched results where there
         are, the others compiled in the pool now. A ``CodegenError`` is raised for the first
         failing kernel in order."""
         from ..targets.nvptx.ptx import PtxResult
         for name, text in kernels:
-            if (name, text) not in self._compiles and (name, text) not in self._waiting:
-                self._waiting.append((name, text))
-        self._arch_opt = self._arch_opt or (arch, opt_level)
+            self._queue(name, text)
         self._dispatch(all_of_them=True)
         futures = [self._compiles[(name, text)] for name, text in kernels]
         out = []

@@ -165,7 +165,7 @@ def run_pipeline(module: HloModule, options: CompileOptions, *, emit: str | None
     env = StageEnv(KernelStore(cache, options) if cache is not None else None, jobs, progress)
     if jobs > 1:
         from .kernel_workers import KernelWorkers
-        env.workers = KernelWorkers(jobs)
+        env.workers = KernelWorkers(jobs, options.arch, options.opt_level)
     wanted = stage(emit) if emit else None
     all_stages = [*STAGES, *then]
     goals = _closure(list(then) or ([wanted] if wanted else STAGES), all_stages)

@@ -236,8 +236,9 @@ def _llvm(options: CompileOptions, plan: ModulePlan, *, env: StageEnv | None = N
         if hit is not None:
             kernel_ir[k.kernel_name], cached[k.kernel_name] = hit
     todo = [k for k in unique if k.kernel_name not in hits]
-    if env.workers is not None and not env.workers.started and env.workers.workers_for(len(todo)):
-        _emit_in_workers(options, env, target, todo, overridden, kernel_ir, seconds, len(unique) - len(todo))
+    workers = env.workers.workers_for(len(todo)) if env.workers is not None and not env.workers.started else 0
+    if workers:
+        _emit_in_workers(env, target, todo, workers, overridden, kernel_ir, seconds, len(unique) - len(todo))
     for k in todo:  # a kernel several fusions launch is emitted once
         if k.kernel_name not in kernel_ir:  # (not by workers; one that failed there raises its error here)
             t0 = time.perf_counter()
@@ -255,9 +256,9 @@ def _llvm(options: CompileOptions, plan: ModulePlan, *, env: StageEnv | None = N
                        dict(kernel_ir), kernel_seconds=seconds)
 
 
-def _emit_in_workers(options: CompileOptions, env: StageEnv, target, todo: list, overridden: set[str],
-                     kernel_ir: dict, seconds: dict, cached: int) -> None:
-    """``todo``'s kernels emitted by ``env.workers`` into ``kernel_ir`` (in the kernels' order;
+def _emit_in_workers(env: StageEnv, target, todo: list, n: int, overridden: set[str], kernel_ir: dict,
+                     seconds: dict, cached: int) -> None:
+    """``todo``'s kernels emitted by ``n`` of ``env.workers`` into ``kernel_ir`` (in the kernels' order;
     a kernel that failed there is left out) and, where ``llvm-opt`` follows, each one the cache
     does not hold compiled there as soon as it is emitted, under its canonical names as
     ``_compile_fresh`` compiles it."""
@@ -268,10 +269,10 @@ def _emit_in_workers(options: CompileOptions, env: StageEnv, target, todo: list,
             return
         if env.store is not None and env.store.find_canonical({name: c}):
             return
-        workers.prefetch(c.kernel, c.text, options.arch, options.opt_level)
+        workers.prefetch(c.kernel, c.text)
 
     env.freeze()  # the plan out of the workers' collections too: its pages stay shared with this process
-    got = workers.emit(target, todo, canonical=env.compiles_ir,
+    got = workers.emit(target, todo, n, canonical=env.compiles_ir,
                        progress=lambda done, total: env.report("llvm", cached + done, cached + total),
                        prefetch=prefetch if env.compiles_ir else None)
     for k, (text, t) in zip(todo, got):
@@ -469,8 +470,7 @@ def _compile(options: CompileOptions, env: StageEnv, kernels: list[tuple[str, st
     if not kernels:
         return []
     if env.workers is not None and env.workers.started:  # the workers that emitted them
-        return env.workers.compile(kernels, options.arch, options.opt_level,
-                                   progress=lambda done, total: env.report("llvm-opt", done, total))
+        return env.workers.compile(kernels, progress=lambda done, total: env.report("llvm-opt", done, total))
     return compile_kernels(kernels, options.arch, options.opt_level, jobs=env.jobs,
                            progress=lambda done, total: env.report("llvm-opt", done, total), compile_one=compile_to_ptx)
 

@@ -38,7 +38,7 @@ def forked(monkeypatch):
     real = kernel_workers.KernelWorkers.emit
 
     def emit(self, *a, **k):
-        started.append(self.workers_for(len(a[1])))
+        started.append(a[2])  # the workers the llvm stage asked for
         return real(self, *a, **k)
     monkeypatch.setattr(kernel_workers.KernelWorkers, "emit", emit)
     return started
@@ -122,11 +122,13 @@ def test_no_fork_with_another_thread_running():
 def test_few_kernels_or_one_job_stay_in_this_process(monkeypatch):
     monkeypatch.setattr(kernel_workers, "can_fork", lambda: True)
     monkeypatch.setattr(kernels_mod, "free_cpus", lambda: 4)
-    assert kernel_workers.KernelWorkers(1).workers_for(100) == 0
-    assert kernel_workers.KernelWorkers(4).workers_for(kernels_mod.PARALLEL_MIN_KERNELS - 1) == 0
-    assert kernel_workers.KernelWorkers(4).workers_for(100) == 4
+    def workers(jobs: int) -> kernel_workers.KernelWorkers:
+        return kernel_workers.KernelWorkers(jobs, "sm_90", 3)
+    assert workers(1).workers_for(100) == 0
+    assert workers(4).workers_for(kernels_mod.PARALLEL_MIN_KERNELS - 1) == 0
+    assert workers(4).workers_for(100) == 4
     monkeypatch.setattr(kernels_mod, "free_cpus", lambda: 1)
-    assert kernel_workers.KernelWorkers(4).workers_for(100) == 0
+    assert workers(4).workers_for(100) == 0
 
 
 def test_the_compile_gives_back_what_it_froze_and_leaves_others_freezes_alone(forked, monkeypatch):

@@ -90,7 +90,9 @@ def compile_kernels(kernels: Sequence[tuple[str, str]], arch: str, opt_level: in
                 progress(len(out), total)
         return out
     import multiprocessing
-    context = multiprocessing.get_context("spawn")  # LLVM is not fork-safe once initialised
+    # spawned: this is the path where forking was not safe (another thread in the process:
+    # driver/kernel_workers.can_fork), so each worker starts afresh
+    context = multiprocessing.get_context("spawn")
     from concurrent.futures.process import BrokenProcessPool
     from ...codegen.errors import WorkerError
     with ProcessPoolExecutor(max_workers=min(jobs, total), mp_context=context) as pool:
