@@ -156,12 +156,12 @@ class KernelWorkers:
         room = len(self._waiting) if all_of_them else max(0, 2 * self._workers - queued)
         if room <= 0:
             return
-        from ..targets.nvptx.kernels import _compile_one
+        from ..targets.nvptx.kernels import compile_job
         self._waiting.sort(key=lambda item: len(item[1]))
         for _ in range(min(room, len(self._waiting))):
             name, text = self._waiting.pop()
             self._compiles[(name, text)] = self._pool.submit(
-                _compile_one, (name, text, self.arch, self.opt_level, _compile_to_ptx))
+                compile_job, (name, text, self.arch, self.opt_level, _compile_to_ptx))
 
     def compile(self, kernels: Sequence[tuple[str, str]], progress: Callable[[int, int], None] | None = None) -> list:
         """``(kernel name, IR)`` → its ``PtxResult``, in order: prefetched results where there

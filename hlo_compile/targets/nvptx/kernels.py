@@ -65,7 +65,9 @@ def ProcessPoolExecutor(*args, **kwargs):  # noqa: N802 - stands for the class (
     return pool(*args, **kwargs)
 
 
-def _compile_one(args: tuple) -> tuple[str, str, dict]:
+def compile_job(args: tuple) -> tuple[str, str, dict]:
+    """A worker's job: ``(kernel name, IR, arch, opt level, compile_one)`` → ``compile_one``'s
+    optimised IR, PTX and seconds (plain values: they go back through a pipe)."""
     name, ir_text, arch, opt_level, compile_one = args
     r = compile_one(ir_text, arch, [name], opt_level=opt_level)
     return r.llvm_opt, r.ptx, r.seconds
@@ -84,7 +86,7 @@ def compile_kernels(kernels: Sequence[tuple[str, str]], arch: str, opt_level: in
     jobs = min(jobs, total, free_cpus())
     if jobs <= 1 or total < PARALLEL_MIN_KERNELS:
         for item in work:
-            llvm_opt, ptx, seconds = _compile_one(item)
+            llvm_opt, ptx, seconds = compile_job(item)
             out.append(PtxResult(llvm_opt, ptx, seconds))
             if progress is not None:
                 progress(len(out), total)
@@ -97,7 +99,7 @@ def compile_kernels(kernels: Sequence[tuple[str, str]], arch: str, opt_level: in
     from ...codegen.errors import WorkerError
     with ProcessPoolExecutor(max_workers=min(jobs, total), mp_context=context) as pool:
         try:
-            for llvm_opt, ptx, seconds in pool.map(_compile_one, work, chunksize=max(1, total // (jobs * 8))):
+            for llvm_opt, ptx, seconds in pool.map(compile_job, work, chunksize=max(1, total // (jobs * 8))):
                 out.append(PtxResult(llvm_opt, ptx, seconds))
                 if progress is not None:
                     progress(len(out), total)
