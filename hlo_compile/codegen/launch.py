@@ -25,6 +25,7 @@ from .analysis.emitter_kind import EmitterKind
 from .analysis.fusion_analysis import FusionAnalysis, analyze_fusion, bits_of
 from .target import LaunchDims
 from .model.thread_maps import WORK_ITEM_DIM_NAMES
+from ..indexing.memo import BoundedMemo
 
 MAX_UNROLL_FACTOR = 4
 WARP_SCHEDULERS = 4          # threads per block = warp size * schedulers = 128
@@ -145,16 +146,10 @@ def thread_to_output_map(shape: Shape, config: LoopConfig) -> IndexingMap:
     threads, blocks = tuple(config.launch.block), tuple(config.launch.grid)
     # the map depends on nothing else (the map is frozen: callers share it)
     key = (tuple(shape.dimensions), tuple(shape.minor_to_major), threads, blocks, config.unroll_factor)
-    out = _THREAD_MAPS.get(key)
-    if out is None:
-        out = _thread_to_output_map(shape, threads, blocks, config.unroll_factor)
-        if len(_THREAD_MAPS) >= 1024:
-            _THREAD_MAPS.clear()
-        _THREAD_MAPS[key] = out
-    return out
+    return _THREAD_MAPS.get(key, lambda: _thread_to_output_map(shape, threads, blocks, config.unroll_factor))
 
 
-_THREAD_MAPS: dict[tuple, IndexingMap] = {}
+_THREAD_MAPS: BoundedMemo[IndexingMap] = BoundedMemo(1024)
 
 
 def _thread_to_output_map(shape: Shape, threads: tuple[int, ...], blocks: tuple[int, ...], u: int) -> IndexingMap:

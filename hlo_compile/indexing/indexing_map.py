@@ -14,6 +14,7 @@ from typing import Any, Iterator, Sequence
 
 from . import affine as A
 from .affine import DIM, RT, SYM, Expr, Interval, Var
+from .memo import BoundedMemo
 
 
 @dataclass(frozen=True)
@@ -63,14 +64,8 @@ class IndexingMap:
 
     @staticmethod
     def identity(shape_dims: Sequence[int]) -> "IndexingMap":
-        dims = dims_of(shape_dims)
-        out = _IDENTITY.get(dims)
-        if out is None:  # kept per dims (the map is frozen: callers share it)
-            out = IndexingMap.make([A.dim(i) for i in range(len(dims))], dims)
-            if len(_IDENTITY) >= 1024:
-                _IDENTITY.clear()
-            _IDENTITY[dims] = out
-        return out
+        dims = dims_of(shape_dims)  # kept per dims (the map is frozen: callers share it)
+        return _IDENTITY.get(dims, lambda: IndexingMap.make([A.dim(i) for i in range(len(dims))], dims))
 
     @staticmethod
     def undefined_map() -> "IndexingMap":
@@ -240,7 +235,7 @@ class IndexingMap:
         return IndexingMap(self.exprs, tuple((0, -1) for _ in self.dims) or ((0, -1),), (), (), (), ())
 
 
-_IDENTITY: dict[tuple[Interval, ...], IndexingMap] = {}
+_IDENTITY: BoundedMemo[IndexingMap] = BoundedMemo(1024)
 
 
 def _iv(x: Sequence[int]) -> Interval:
@@ -270,16 +265,10 @@ def compose(consumer: IndexingMap, producer: IndexingMap) -> IndexingMap:
     # the result is frozen, so callers can share it
     key = (consumer.exprs, consumer.dims, consumer.ranges, consumer.rts, consumer.constraints, consumer.rt_sources,
            producer.exprs, producer.dims, producer.ranges, producer.rts, producer.constraints, producer.rt_sources)
-    out = _COMPOSED.get(key)
-    if out is None:
-        out = _compose(consumer, producer)
-        if len(_COMPOSED) >= 4096:
-            _COMPOSED.clear()
-        _COMPOSED[key] = out
-    return out
+    return _COMPOSED.get(key, lambda: _compose(consumer, producer))
 
 
-_COMPOSED: dict[tuple, IndexingMap] = {}
+_COMPOSED: BoundedMemo[IndexingMap] = BoundedMemo(4096)
 
 
 def _compose(consumer: IndexingMap, producer: IndexingMap) -> IndexingMap:

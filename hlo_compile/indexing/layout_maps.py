@@ -15,6 +15,7 @@ from .affine import Expr
 from .indexing_map import IndexingMap, dims_of
 from .reshape_maps import linearize
 from .simplifier import simplify
+from .memo import BoundedMemo
 
 
 def tiled_space(shape) -> tuple[list[int], list[Expr]]:
@@ -60,20 +61,16 @@ def physical_index_map(shape) -> IndexingMap:
 
 # kept per layout key (``_layout_key``: all that the map depends on); the map is frozen, so
 # every caller can share it
-_LINEAR: dict[tuple, IndexingMap] = {}
+_LINEAR: BoundedMemo[IndexingMap] = BoundedMemo(2048)
 
 
 def linear_index_map(shape) -> IndexingMap:
     """``(logical dims) -> (physical linear offset)``, simplified."""
     if not shape.is_array:
         raise ValueError(f"layout maps need an array shape, got {shape}")
-    key = _layout_key(shape)
-    out = _LINEAR.get(key)
-    if out is None:
+
+    def make() -> IndexingMap:
         bounds, exprs = tiled_space(shape)
-        out = simplify(IndexingMap.make([linearize(exprs, bounds)], dims_of(shape.dimensions)),
-                       fold_point_dims=False)
-        if len(_LINEAR) >= 2048:
-            _LINEAR.clear()
-        _LINEAR[key] = out
-    return out
+        return simplify(IndexingMap.make([linearize(exprs, bounds)], dims_of(shape.dimensions)),
+                        fold_point_dims=False)
+    return _LINEAR.get(_layout_key(shape), make)

@@ -14,6 +14,7 @@ from . import affine as A
 from .affine import Expr
 from .indexing_map import IndexingMap, dims_of
 from .simplifier import simplify
+from .memo import BoundedMemo
 
 
 def linearize(exprs: Sequence[Expr], sizes: Sequence[int]) -> Expr:
@@ -47,19 +48,13 @@ def _empty(src: Sequence[int], dst_rank: int) -> IndexingMap:
 
 # kept per (src, dst) dims, all that the map depends on; the map is frozen, so every caller
 # can share it
-_RESHAPE: dict[tuple[tuple[int, ...], tuple[int, ...]], IndexingMap] = {}
+_RESHAPE: BoundedMemo[IndexingMap] = BoundedMemo(2048)
 
 
 def reshape_map(src: Sequence[int], dst: Sequence[int]) -> IndexingMap:
     """Map from an index of ``src`` to the ``dst`` index of the same row-major element."""
     key = (tuple(int(n) for n in src), tuple(int(n) for n in dst))
-    out = _RESHAPE.get(key)
-    if out is None:
-        out = _reshape_map(*key)
-        if len(_RESHAPE) >= 2048:
-            _RESHAPE.clear()
-        _RESHAPE[key] = out
-    return out
+    return _RESHAPE.get(key, lambda: _reshape_map(*key))
 
 
 def _reshape_map(src: tuple[int, ...], dst: tuple[int, ...]) -> IndexingMap:
@@ -81,24 +76,13 @@ def _bits(element_type: str) -> int | None:
 
 # kept per (src, dst) shapes (frozen, compared by every field); the map is frozen, so every
 # caller can share it
-_BITCAST: dict[tuple, IndexingMap | None] = {}
+_BITCAST: BoundedMemo[IndexingMap | None] = BoundedMemo(2048)
 
 
 def bitcast_map(src, dst) -> IndexingMap | None:
     """Map from an index of ``src`` to the ``dst`` index of the same physical element, or None
     when the bitcast is not a pure relabelling (tiles, different element widths)."""
-    key = (src, dst)
-    try:
-        return _BITCAST[key]
-    except KeyError:
-        pass
-    except TypeError:  # a shape built with unhashable fields (lists): not kept
-        return _bitcast_map(src, dst)
-    out = _bitcast_map(src, dst)
-    if len(_BITCAST) >= 2048:
-        _BITCAST.clear()
-    _BITCAST[key] = out
-    return out
+    return _BITCAST.get((src, dst), lambda: _bitcast_map(src, dst))  # (unhashable shapes: not kept)
 
 
 def _bitcast_map(src, dst) -> IndexingMap | None:

@@ -17,6 +17,7 @@ from typing import Callable
 from . import affine as A
 from .affine import DIM, RT, Const, DivMod, Expr, Interval, MinMax, Sum, Var
 from .indexing_map import IndexingMap
+from .memo import BoundedMemo
 
 RangeFn = Callable[[Expr], Interval]
 
@@ -136,8 +137,7 @@ class ExprSimplifier:
 # carries (exprs, domain, constraints in their order, rt_sources, dim_names) and the flag;
 # maps whose runtime variables have sources (instructions) are not kept. IndexingMap and
 # Expr are frozen, so a kept result can be shared.
-_MEMO: dict[tuple, IndexingMap] = {}
-_MEMO_LIMIT = 4096
+_MEMO: BoundedMemo[IndexingMap] = BoundedMemo(4096)
 
 
 def simplify(m: IndexingMap, fold_point_dims: bool = True) -> IndexingMap:
@@ -148,13 +148,7 @@ def simplify(m: IndexingMap, fold_point_dims: bool = True) -> IndexingMap:
     if any(src is not None for src in m.rt_sources):
         return _simplify(m, fold_point_dims)
     key = (m.exprs, m.dims, m.ranges, m.rts, m.constraints, m.rt_sources, m.dim_names, fold_point_dims)
-    out = _MEMO.get(key)
-    if out is None:
-        out = _simplify(m, fold_point_dims)
-        if len(_MEMO) >= _MEMO_LIMIT:
-            _MEMO.clear()
-        _MEMO[key] = out
-    return out
+    return _MEMO.get(key, lambda: _simplify(m, fold_point_dims))
 
 
 def _simplify(m: IndexingMap, fold_point_dims: bool) -> IndexingMap:

@@ -24,6 +24,7 @@ from ...indexing.affine import Expr
 from ...indexing.indexing_map import IndexingMap
 from .fusion_analysis import FusionAnalysis
 from ..elemental.partitioner import Subgraph
+from ...indexing.memo import BoundedMemo
 
 # the fusion's attributes that do not change its kernel
 _NOT_PLANNED = frozenset({"calls", "metadata", "statistics", "control-predecessors", "frontend_attributes"})
@@ -38,21 +39,13 @@ def plan_key(fusion: HloInstruction, memo: dict[int, str] | None = None) -> tupl
             tuple(_shape_text(o.shape) for o in fusion.operands), own)
 
 
-_SHAPE_TEXTS: dict = {}
+_SHAPE_TEXTS: BoundedMemo[str] = BoundedMemo(4096)
 
 
 def _shape_text(shape) -> str:
     """``str(shape)``, kept per shape (frozen; equal shapes print alike): a module's fusions
     share few shapes, and printing one is most of ``plan_key`` after the fingerprint."""
-    try:
-        text = _SHAPE_TEXTS.get(shape)
-    except TypeError:  # a shape built with unhashable fields: printed each time
-        return str(shape)
-    if text is None:
-        if len(_SHAPE_TEXTS) >= 4096:
-            _SHAPE_TEXTS.clear()
-        text = _SHAPE_TEXTS[shape] = str(shape)
-    return text
+    return _SHAPE_TEXTS.get(shape, lambda: str(shape))  # (unhashable shapes: printed each time)
 
 
 class SharedPlans:
